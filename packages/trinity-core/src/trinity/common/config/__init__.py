@@ -1,0 +1,136 @@
+"""The Trinity run-config schema (pydantic v2) and its YAML loading.
+
+A run is described by one YAML file whose sections map onto the models below
+(``algorithm``, ``model``, ``cluster``, ``buffer``, ``explorer``, ``synchronizer``,
+``trainer``, ``data_processor``, ``monitor``, ``log``, ``stages``). Field names and
+defaults follow Trinity-RFT so that configs written for it keep working.
+
+Validation happens at two levels:
+
+* **Schema level** (``load_config`` / ``Config.model_validate``): types, allowed values,
+  unknown keys, and every cross-field rule that depends on the config alone (derived
+  defaults such as ``model.critic_model_path``, ``buffer.train_batch_size``, the
+  ``nccl`` -> ``checkpoint`` downgrade for modes that cannot use NCCL, ...). Partial
+  configs such as the snippets in the developer guide pass this level.
+* **Run level** (``Config.check_and_update()`` or ``load_config(..., check=True)``):
+  what a run on *this* machine needs on top: a model path, a checkpoint directory,
+  task sets for the chosen mode, derived output directories, and the CUDA check for
+  NCCL weight synchronisation.
+
+Both levels raise a single :class:`ConfigError` that lists every problem with the file,
+the dotted field path, the offending value and what is allowed. Checks that need a
+registry (does workflow ``X`` exist?) live in the packages that own those registries.
+"""
+
+from __future__ import annotations
+
+from ._core import Config, load_config, save_config
+from ._errors import ConfigError, ConfigIssue
+from ._sections import (
+    DEFAULT_EXPERIENCE_BUFFER_NAME,
+    EXPLORER_NAME,
+    ROLLOUT_WEIGHT_SYNC_GROUP_NAME,
+    TRAINER_NAME,
+    AlgorithmConfig,
+    BufferConfig,
+    ClusterConfig,
+    DataJuicerServiceConfig,
+    DataProcessorConfig,
+    DataSelectorConfig,
+    DynamicTimeoutConfig,
+    EngineType,
+    ExperienceBufferConfig,
+    ExperiencePipelineConfig,
+    ExplorerConfig,
+    ExplorerInput,
+    ExternalModelConfig,
+    FormatConfig,
+    GenerationConfig,
+    InferenceModelConfig,
+    LogConfig,
+    LogLevel,
+    LoRAConfig,
+    MegatronParallelConfig,
+    ModelConfig,
+    MonitorConfig,
+    MonitorType,
+    OperatorConfig,
+    OptimizerConfig,
+    OverRolloutConfig,
+    PromptTypeName,
+    ReplayBufferConfig,
+    RunMode,
+    ServiceConfig,
+    StageConfig,
+    StorageConfig,
+    StorageTypeName,
+    SynchronizerConfig,
+    SyncMethodName,
+    SyncStyleName,
+    TaskPipelineConfig,
+    TasksetConfig,
+    TinkerConfig,
+    TrainerConfig,
+    TrainerInput,
+)
+from ._utils import cuda_is_available
+
+__all__ = [
+    # errors
+    "ConfigError",
+    "ConfigIssue",
+    # loading / saving
+    "load_config",
+    "save_config",
+    "cuda_is_available",
+    # top level
+    "Config",
+    "StageConfig",
+    # sections
+    "AlgorithmConfig",
+    "OptimizerConfig",
+    "ModelConfig",
+    "LoRAConfig",
+    "TinkerConfig",
+    "ExternalModelConfig",
+    "ClusterConfig",
+    "BufferConfig",
+    "ExplorerInput",
+    "TrainerInput",
+    "StorageConfig",
+    "TasksetConfig",
+    "ExperienceBufferConfig",
+    "FormatConfig",
+    "GenerationConfig",
+    "DataSelectorConfig",
+    "ReplayBufferConfig",
+    "ExplorerConfig",
+    "InferenceModelConfig",
+    "OverRolloutConfig",
+    "DynamicTimeoutConfig",
+    "SynchronizerConfig",
+    "TrainerConfig",
+    "MegatronParallelConfig",
+    "DataProcessorConfig",
+    "OperatorConfig",
+    "ExperiencePipelineConfig",
+    "TaskPipelineConfig",
+    "MonitorConfig",
+    "LogConfig",
+    "ServiceConfig",
+    "DataJuicerServiceConfig",
+    # value sets
+    "RunMode",
+    "StorageTypeName",
+    "PromptTypeName",
+    "SyncMethodName",
+    "SyncStyleName",
+    "EngineType",
+    "MonitorType",
+    "LogLevel",
+    # constants
+    "EXPLORER_NAME",
+    "TRAINER_NAME",
+    "DEFAULT_EXPERIENCE_BUFFER_NAME",
+    "ROLLOUT_WEIGHT_SYNC_GROUP_NAME",
+]

@@ -1,0 +1,610 @@
+"""The cross-field rules run on every validated Config (and the run-level ones)."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING, Union
+
+from ._errors import _fmt_loc
+from ._sections import (
+    _NO_GPU_ENGINES,
+    _SAVING_MODES,
+    _SFT_LIKE,
+    DEFAULT_EXPERIENCE_BUFFER_NAME,
+    ExperienceBufferConfig,
+    InferenceModelConfig,
+    TasksetConfig,
+)
+from ._utils import _Checker, _set_derived
+
+if TYPE_CHECKING:
+    from ._core import Config
+
+
+# --------------------------------------------------------------------------------------
+# The cross-field rules
+# --------------------------------------------------------------------------------------
+
+
+def _apply_rules(c: _Checker) -> None:
+    cfg = c.config
+    _rule_global(c, cfg)
+    _rule_model(c, cfg)
+    _rule_algorithm(c, cfg)
+    _rule_explorer(c, cfg)
+    _rule_cluster(c, cfg)
+    _rule_synchronizer(c, cfg)
+    _rule_buffer(c, cfg)
+    _rule_trainer(c, cfg)
+    _rule_data_processor(c, cfg)
+    if c.run_checks:
+        _rule_run(c, cfg)
+
+
+def _rule_global(c: _Checker, cfg: Config) -> None:
+    if not cfg.ray_namespace:
+        _set_derived(
+            cfg, "ray_namespace", "/".join(p for p in (cfg.project, cfg.group, cfg.name) if p)
+        )
+    if cfg.checkpoint_root_dir:
+        _set_derived(cfg, "checkpoint_job_dir", cfg.get_checkpoint_job_dir())
+    _set_derived(cfg.explorer, "mode", cfg.mode)
+
+
+def _rule_model(c: _Checker, cfg: Config) -> None:
+    model = cfg.model
+    if not model.critic_model_path:
+        _set_derived(model, "critic_model_path", model.model_path)
+    if model.lora_configs is not None and len(model.lora_configs) > 1:
+        c.error(
+            ("model", "lora_configs"),
+            len(model.lora_configs),
+            "only one LoRA adapter is supported for now",
+        )
+    if model.external_model.enable:
+        if cfg.mode != "bench":
+            c.error(
+                ("model", "external_model", "enable"),
+                True,
+                f"an external model can only be used in mode 'bench' (mode is '{cfg.mode}')",
+            )
+        if not model.external_model.model_name:
+            c.error(
+                ("model", "external_model", "model_name"),
+                None,
+                "required when model.external_model.enable is true",
+            )
+    # lengths
+    mml, mpt, mrt = model.max_model_len, model.max_prompt_tokens, model.max_response_tokens
+    if mml is not None and mpt is not None and mrt is not None:
+        if mpt + mrt > mml:
+            c.error(
+                ("model", "max_prompt_tokens"),
+                mpt,
+                f"max_prompt_tokens + max_response_tokens ({mpt} + {mrt}) exceeds "
+                f"max_model_len ({mml})",
+            )
+            return
+    if mml is None and mpt is not None and mrt is not None:
+        mml = mpt + mrt
+        _set_derived(model, "max_model_len", mml)
+    if mml is not None:
+        if mpt is None and mrt is None:
+            mpt = mml // 2
+            mrt = mml - mpt
+        elif mpt is None:
+            mrt = min(mrt, mml - 1) if mml > 1 else mrt
+            mpt = max(mml - mrt, 1)
+        elif mrt is None:
+            mpt = min(mpt, mml - 1) if mml > 1 else mpt
+            mrt = max(mml - mpt, 1)
+        _set_derived(model, "max_prompt_tokens", mpt)
+        _set_derived(model, "max_response_tokens", mrt)
+    if (
+        model.max_response_tokens is not None
+        and model.min_response_tokens >= model.max_response_tokens
+    ):
+        new = max(model.max_response_tokens - 1, 0)
+        if "min_response_tokens" in model.model_fields_set:
+            c.warn(
+                f"model.min_response_tokens ({model.min_response_tokens}) must be smaller than "
+                f"model.max_response_tokens ({model.max_response_tokens}); set to {new}."
+            )
+        _set_derived(model, "min_response_tokens", new)
+
+
+def _rule_algorithm(c: _Checker, cfg: Config) -> None:
+    optim = cfg.algorithm.optimizer
+    if optim.warmup_style is not None and optim.lr_scheduler_type != optim.warmup_style:
+        c.warn(
+            "algorithm.optimizer.warmup_style is deprecated; use lr_scheduler_type "
+            f"(set to '{optim.warmup_style}')."
+        )
+        _set_derived(optim, "lr_scheduler_type", optim.warmup_style)
+
+
+_MODEL_INHERITED = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "logprobs",
+    "repetition_penalty",
+    "max_model_len",
+    "max_prompt_tokens",
+    "max_response_tokens",
+    "min_response_tokens",
+    "enable_prompt_truncation",
+    "rope_scaling",
+    "rope_theta",
+    "enable_thinking",
+)
+
+
+def _fill_inference_model(
+    c: _Checker, cfg: Config, engine: InferenceModelConfig, loc: tuple[Union[str, int], ...]
+) -> None:
+    model = cfg.model
+    for attr in _MODEL_INHERITED:
+        if getattr(engine, attr) is None:
+            _set_derived(engine, attr, getattr(model, attr))
+    if engine.trust_remote_code is None:
+        _set_derived(engine, "trust_remote_code", model.trust_remote_code)
+    _set_derived(engine, "ray_namespace", cfg.ray_namespace)
+    if engine.engine_type in _NO_GPU_ENGINES:
+        for attr in ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size"):
+            _set_derived(engine, attr, 0)
+        _set_derived(engine, "gpu_per_engine", 0)
+        _set_derived(engine, "nnodes", 1)
+        return
+    for attr in ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size"):
+        value = getattr(engine, attr)
+        if value < 1:
+            c.error(loc + (attr,), value, f"must be >= 1 for engine_type '{engine.engine_type}'")
+    _set_derived(
+        engine,
+        "gpu_per_engine",
+        engine.tensor_parallel_size * engine.data_parallel_size * engine.pipeline_parallel_size,
+    )
+
+
+def _rule_explorer(c: _Checker, cfg: Config) -> None:
+    explorer = cfg.explorer
+    rollout = explorer.rollout_model
+    if not rollout.model_path:
+        _set_derived(rollout, "model_path", cfg.model.model_path)
+    if rollout.chat_template is None:
+        _set_derived(rollout, "chat_template", cfg.model.custom_chat_template)
+    if cfg.model.external_model.enable:
+        _set_derived(rollout, "engine_type", "external")
+        _set_derived(rollout, "external_model_config", cfg.model.external_model.model_copy())
+    _set_derived(rollout, "enable_return_routed_experts", cfg.algorithm.enable_router_replay)
+    if cfg.mode == "serve":
+        _set_derived(rollout, "enable_openai_api", True)
+    if cfg.model.lora_configs and not cfg.model.tinker.enable:
+        _set_derived(rollout, "enable_lora", True)
+    _fill_inference_model(c, cfg, rollout, ("explorer", "rollout_model"))
+    for i, aux in enumerate(explorer.auxiliary_models):
+        loc = ("explorer", "auxiliary_models", i)
+        if not aux.model_path:
+            c.error(
+                loc + ("model_path",), aux.model_path, "every auxiliary model needs a model_path"
+            )
+        _set_derived(aux, "enable_history", False)
+        _set_derived(aux, "enable_openai_api", True)
+        _fill_inference_model(c, cfg, aux, loc)
+
+    if explorer.runner_num is not None:
+        c.warn("explorer.runner_num is deprecated; use explorer.runner_per_model instead.")
+    over = explorer.over_rollout
+    if (over.ratio > 0.0 or over.return_partial_tasks) and cfg.synchronizer.sync_style == "fixed":
+        c.error(
+            ("explorer", "over_rollout", "ratio"),
+            over.ratio,
+            "over_rollout needs a dynamic synchronizer.sync_style "
+            "(dynamic_by_explorer or dynamic_by_trainer), not 'fixed'",
+        )
+    if explorer.concurrent_mode in ("asynchronous", "multi-threading"):
+        limit = max(math.ceil(cfg.buffer.batch_size / rollout.engine_num), 1)
+        if explorer.runner_per_model > limit:
+            c.warn(
+                f"explorer.runner_per_model ({explorer.runner_per_model}) is too large for "
+                f"concurrent_mode '{explorer.concurrent_mode}' with buffer.batch_size "
+                f"({cfg.buffer.batch_size}) and {rollout.engine_num} engine(s); set to {limit}."
+            )
+            _set_derived(explorer, "runner_per_model", limit)
+
+
+def _rule_cluster(c: _Checker, cfg: Config) -> None:
+    """GPU allocation and trainer world size; only when the cluster size is known."""
+    cluster = cfg.cluster
+    models = [cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models]
+    if not cluster.node_num or not cluster.gpu_per_node or cfg.model.tinker.enable:
+        return
+    gpn = cluster.gpu_per_node
+    for i, engine in enumerate(models):
+        loc = ("explorer", "rollout_model") if i == 0 else ("explorer", "auxiliary_models", i - 1)
+        if engine.gpu_per_engine > gpn:
+            if engine.gpu_per_engine % gpn:
+                c.error(
+                    loc + ("tensor_parallel_size",),
+                    engine.tensor_parallel_size,
+                    f"an engine spanning nodes needs TP*DP*PP ({engine.gpu_per_engine}) to be a "
+                    f"multiple of cluster.gpu_per_node ({gpn})",
+                )
+                continue
+            _set_derived(engine, "nnodes", engine.gpu_per_engine // gpn)
+        else:
+            _set_derived(engine, "nnodes", 1)
+    total = cluster.node_num * gpn
+    rollout = cfg.explorer.rollout_model
+    rollout_gpus = aux_gpus = 0
+    if cfg.mode != "train" and rollout.engine_type != "external":
+        rollout_gpus = rollout.gpu_per_engine * rollout.engine_num
+        aux_gpus = sum(m.gpu_per_engine * m.engine_num for m in cfg.explorer.auxiliary_models)
+    explorer_gpus = rollout_gpus + aux_gpus
+    trainer_gpus = trainer_nodes = trainer_per_node = 0
+    if cfg.mode in ("explore", "bench", "serve"):
+        if explorer_gpus > total:
+            c.error(
+                ("explorer", "rollout_model", "engine_num"),
+                rollout.engine_num,
+                f"the explorer needs {explorer_gpus} GPUs but the cluster has {total}",
+            )
+    elif cfg.mode in ("both", "train"):
+        if explorer_gpus >= total:
+            c.error(
+                ("explorer", "rollout_model", "engine_num"),
+                rollout.engine_num,
+                f"no GPU left for the trainer: the explorer needs {explorer_gpus} of the "
+                f"cluster's {total} GPUs",
+            )
+            return
+        trainer_gpus = total - explorer_gpus
+        if trainer_gpus <= gpn:
+            trainer_nodes, trainer_per_node = 1, trainer_gpus
+        elif trainer_gpus % gpn:
+            c.error(
+                ("explorer", "rollout_model", "engine_num"),
+                rollout.engine_num,
+                f"the trainer must use whole nodes, but gets {trainer_gpus} GPUs with "
+                f"{gpn} GPUs per node; change engine_num or the engines' parallel sizes",
+            )
+            return
+        else:
+            trainer_nodes, trainer_per_node = trainer_gpus // gpn, gpn
+    for name, value in (
+        ("total_gpu_num", total),
+        ("rollout_gpu_num", rollout_gpus),
+        ("auxiliary_model_gpu_num", aux_gpus),
+        ("explorer_gpu_num", explorer_gpus),
+        ("trainer_gpu_num", trainer_gpus),
+        ("trainer_node_num", trainer_nodes),
+        ("trainer_gpu_num_per_node", trainer_per_node),
+    ):
+        _set_derived(cluster, name, value)
+
+
+def _rule_synchronizer(c: _Checker, cfg: Config) -> None:
+    sync = cfg.synchronizer
+    _set_derived(sync, "ray_namespace", cfg.ray_namespace)
+    _set_derived(sync, "explorer_world_size", cfg.cluster.rollout_gpu_num or None)
+    if sync.sync_method == "nccl":
+        if cfg.mode in ("train", "explore", "bench", "serve"):
+            c.warn(
+                f"mode '{cfg.mode}' cannot synchronise weights over NCCL (explorer and trainer "
+                "are not both running); synchronizer.sync_method set to 'checkpoint'."
+            )
+            _set_derived(sync, "sync_method", "checkpoint")
+        elif cfg.model.lora_configs is not None:
+            c.warn(
+                "LoRA weights cannot be synchronised over NCCL; "
+                "synchronizer.sync_method set to 'checkpoint'."
+            )
+            _set_derived(sync, "sync_method", "checkpoint")
+    if sync.explorer_sync_interval is None:
+        _set_derived(sync, "explorer_sync_interval", sync.sync_interval)
+    if sync.trainer_sync_interval is None:
+        _set_derived(sync, "trainer_sync_interval", sync.sync_interval)
+    for engine in (cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models):
+        _set_derived(engine, "sync_method", sync.sync_method)
+    # eval_interval must be a multiple of the explorer's sync interval
+    interval = sync.explorer_sync_interval or sync.sync_interval
+    if (
+        cfg.mode != "bench"
+        and cfg.algorithm.algorithm_type not in _SFT_LIKE
+        and cfg.explorer.eval_interval % interval
+    ):
+        new = max(cfg.explorer.eval_interval // interval, 1) * interval
+        c.warn(
+            f"explorer.eval_interval ({cfg.explorer.eval_interval}) is not a multiple of the "
+            f"explorer sync interval ({interval}); set to {new}."
+        )
+        _set_derived(cfg.explorer, "eval_interval", new)
+
+
+def _train_batch_size_required(cfg: Config) -> bool:
+    return cfg.mode == "train" or cfg.algorithm.algorithm_type in _SFT_LIKE
+
+
+def _fill_taskset(
+    c: _Checker,
+    cfg: Config,
+    taskset: TasksetConfig,
+    index: int,
+    loc: tuple[Union[str, int], ...],
+    is_eval: bool,
+) -> None:
+    explorer_input = cfg.buffer.explorer_input
+    model = cfg.model
+    if not taskset.name:
+        _set_derived(taskset, "name", f"{'eval_' if is_eval else ''}taskset_{index}")
+    _set_derived(taskset, "is_eval", is_eval)
+    _set_derived(taskset, "batch_size", cfg.buffer.batch_size)
+    _set_derived(taskset, "ray_namespace", taskset.ray_namespace or cfg.ray_namespace)
+    _set_derived(taskset, "tokenizer_path", model.model_path or None)
+    if is_eval:
+        if taskset.repeat_times is None:
+            _set_derived(taskset, "repeat_times", 1)
+        if taskset.default_workflow_type is None:
+            _set_derived(
+                taskset, "default_workflow_type", explorer_input.default_eval_workflow_type
+            )
+    else:
+        _set_derived(taskset, "total_epochs", cfg.buffer.total_epochs)
+        _set_derived(taskset, "total_steps", cfg.buffer.total_steps)
+        repeat = cfg.algorithm.repeat_times
+        if taskset.repeat_times is not None and taskset.repeat_times != repeat:
+            c.warn(
+                f"{_fmt_loc(loc)}.repeat_times ({taskset.repeat_times}) is replaced by "
+                f"algorithm.repeat_times ({repeat}) for train task sets."
+            )
+        _set_derived(taskset, "repeat_times", repeat)
+    if taskset.default_workflow_type is None:
+        _set_derived(taskset, "default_workflow_type", explorer_input.default_workflow_type)
+    if taskset.default_reward_fn_type is None:
+        _set_derived(taskset, "default_reward_fn_type", explorer_input.default_reward_fn_type)
+    args = taskset.rollout_args
+    for attr in ("temperature", "top_p", "top_k", "logprobs"):
+        if attr not in args.model_fields_set:
+            _set_derived(args, attr, getattr(model, attr))
+    if args.max_tokens is None and model.max_response_tokens is not None:
+        _set_derived(args, "max_tokens", model.max_response_tokens)
+    if taskset.format.chat_template is None:
+        _set_derived(taskset.format, "chat_template", model.custom_chat_template)
+    if taskset.task_selector is not None:
+        c.warn(f"{_fmt_loc(loc)}.task_selector is deprecated; use data_selector instead.")
+        _set_derived(taskset, "data_selector", taskset.task_selector)
+
+
+def _rule_buffer(c: _Checker, cfg: Config) -> None:
+    buffer = cfg.buffer
+    algo = cfg.algorithm
+    # train_batch_size
+    if not buffer.train_batch_size and not _train_batch_size_required(cfg):
+        _set_derived(buffer, "train_batch_size", buffer.batch_size * algo.repeat_times)
+    tbs = buffer.train_batch_size
+    if tbs and cfg.cluster.trainer_gpu_num and tbs % cfg.cluster.trainer_gpu_num:
+        c.error(
+            ("buffer", "train_batch_size"),
+            tbs,
+            f"must be divisible by the trainer's world size ({cfg.cluster.trainer_gpu_num} GPUs)",
+        )
+    sp = cfg.trainer.ulysses_sequence_parallel_size
+    if cfg.cluster.trainer_gpu_num and cfg.cluster.trainer_gpu_num % sp:
+        c.error(
+            ("trainer", "ulysses_sequence_parallel_size"),
+            sp,
+            f"must divide the trainer's world size ({cfg.cluster.trainer_gpu_num} GPUs)",
+        )
+    _set_derived(buffer, "tokenizer_path", cfg.model.model_path or None)
+
+    # explorer input
+    explorer_input = buffer.explorer_input
+    if explorer_input.taskset is not None and explorer_input.tasksets:
+        c.error(
+            ("buffer", "explorer_input", "tasksets"),
+            None,
+            "set either buffer.explorer_input.taskset or buffer.explorer_input.tasksets, not both",
+        )
+    if explorer_input.taskset is not None:
+        _fill_taskset(
+            c, cfg, explorer_input.taskset, 0, ("buffer", "explorer_input", "taskset"), False
+        )
+    for i, taskset in enumerate(explorer_input.tasksets):
+        _fill_taskset(c, cfg, taskset, i, ("buffer", "explorer_input", "tasksets", i), False)
+    for i, taskset in enumerate(explorer_input.eval_tasksets):
+        _fill_taskset(c, cfg, taskset, i, ("buffer", "explorer_input", "eval_tasksets", i), True)
+
+    # trainer input
+    trainer_input = buffer.trainer_input
+    exp = trainer_input.experience_buffer
+    if exp is None and cfg.mode in ("both", "explore"):
+        exp = ExperienceBufferConfig(name=DEFAULT_EXPERIENCE_BUFFER_NAME, storage_type="queue")
+        _set_derived(trainer_input, "experience_buffer", exp)
+    if exp is not None:
+        loc = ("buffer", "trainer_input", "experience_buffer")
+        if exp.storage_type == "file" and cfg.mode == "both":
+            c.warn(
+                "a 'file' experience buffer cannot be written and read at once in mode 'both'; "
+                f"{_fmt_loc(loc)}.storage_type set to 'queue'."
+            )
+            _set_derived(exp, "storage_type", "queue")
+        if not exp.name:
+            _set_derived(exp, "name", DEFAULT_EXPERIENCE_BUFFER_NAME)
+        _set_derived(exp, "batch_size", tbs)
+        _set_derived(exp, "tokenizer_path", cfg.model.model_path or None)
+        _set_derived(exp, "ray_namespace", exp.ray_namespace or cfg.ray_namespace)
+        if exp.format.chat_template is None:
+            _set_derived(exp.format, "chat_template", cfg.model.custom_chat_template)
+        if exp.format.enable_thinking is None:
+            _set_derived(exp.format, "enable_thinking", cfg.model.enable_thinking)
+        if cfg.mode == "train":
+            _set_derived(exp, "total_epochs", buffer.total_epochs)
+            _set_derived(exp, "total_steps", buffer.total_steps)
+    for name, aux in trainer_input.auxiliary_buffers.items():
+        loc = ("buffer", "trainer_input", "auxiliary_buffers", name)
+        if not aux.path:
+            c.error(loc + ("path",), aux.path, "every auxiliary buffer needs a path")
+        if not aux.name:
+            _set_derived(aux, "name", name)
+        _set_derived(aux, "batch_size", tbs)
+        _set_derived(aux, "tokenizer_path", cfg.model.model_path or None)
+        _set_derived(aux, "ray_namespace", aux.ray_namespace or cfg.ray_namespace)
+
+
+def _rule_trainer(c: _Checker, cfg: Config) -> None:
+    trainer = cfg.trainer
+    _set_derived(trainer, "trust_remote_code", cfg.model.trust_remote_code)
+    if trainer.trainer_config_path:
+        c.error(
+            ("trainer", "trainer_config_path"),
+            trainer.trainer_config_path,
+            "trainer_config_path is no longer supported; put the backend config under "
+            "trainer.trainer_config",
+        )
+    if trainer.max_token_len_per_gpu is None and cfg.model.max_model_len is not None:
+        if trainer.trainer_strategy.startswith("fsdp"):
+            parallel = trainer.ulysses_sequence_parallel_size
+        else:
+            parallel = trainer.megatron.context_parallel_size
+        _set_derived(
+            trainer, "max_token_len_per_gpu", math.ceil(2 * cfg.model.max_model_len / parallel)
+        )
+
+
+def _rule_data_processor(c: _Checker, cfg: Config) -> None:
+    task_pipeline = cfg.data_processor.task_pipeline
+    if task_pipeline is not None and task_pipeline.output is None and cfg.mode != "train":
+        tasksets = cfg.buffer.explorer_input.get_tasksets()
+        if tasksets:
+            _set_derived(task_pipeline, "output", tasksets[0])
+
+
+def _rule_run(c: _Checker, cfg: Config) -> None:
+    """Requirements of an actual run on this machine (``check_and_update``)."""
+    mode = cfg.mode
+    model = cfg.model
+    external = model.external_model.enable
+    if not model.model_path and not external:
+        c.error(("model", "model_path"), model.model_path, "a model path is required to run")
+    if model.max_model_len is None and not external and not model.tinker.enable:
+        c.error(
+            ("model", "max_model_len"),
+            None,
+            "cannot determine the context length: set model.max_model_len, or both "
+            "model.max_prompt_tokens and model.max_response_tokens",
+        )
+    # checkpoint directory
+    if mode in _SAVING_MODES and not cfg.checkpoint_root_dir:
+        c.error(
+            ("checkpoint_root_dir",),
+            cfg.checkpoint_root_dir,
+            f"required in mode '{mode}' (checkpoints, logs and buffers are written there)",
+        )
+    if cfg.checkpoint_root_dir:
+        root = os.path.abspath(cfg.checkpoint_root_dir)
+        _set_derived(cfg, "checkpoint_root_dir", root)
+        job_dir = cfg.get_checkpoint_job_dir()
+        _set_derived(cfg, "checkpoint_job_dir", job_dir)
+        _set_derived(cfg.log, "save_dir", os.path.join(job_dir, "log"))
+        _set_derived(cfg.monitor, "cache_dir", os.path.join(job_dir, "monitor"))
+        _set_derived(cfg.buffer, "cache_dir", os.path.join(job_dir, "buffer"))
+    # task sets
+    explorer_input = cfg.buffer.explorer_input
+    tasksets = explorer_input.get_tasksets()
+    train_loc: tuple[Union[str, int], ...] = (
+        ("buffer", "explorer_input", "taskset")
+        if explorer_input.taskset is not None or not explorer_input.tasksets
+        else ("buffer", "explorer_input", "tasksets")
+    )
+    if mode in ("both", "explore"):
+        if not tasksets:
+            c.error(
+                train_loc,
+                None,
+                f"mode '{mode}' needs a train task set: set buffer.explorer_input.taskset.path",
+            )
+        for i, taskset in enumerate(tasksets):
+            if not taskset.path:
+                loc = train_loc if explorer_input.taskset is not None else train_loc + (i,)
+                c.error(loc + ("path",), taskset.path, f"mode '{mode}' needs the task set's path")
+    if mode not in ("train", "serve"):
+        for i, taskset in enumerate(explorer_input.eval_tasksets):
+            if not taskset.path:
+                c.error(
+                    ("buffer", "explorer_input", "eval_tasksets", i, "path"),
+                    taskset.path,
+                    "every eval task set needs a path",
+                )
+    if mode == "bench":
+        if not explorer_input.eval_tasksets:
+            c.error(
+                ("buffer", "explorer_input", "eval_tasksets"),
+                [],
+                "mode 'bench' needs at least one eval task set to evaluate on",
+            )
+    # trainer input
+    exp = cfg.buffer.trainer_input.experience_buffer
+    if mode == "train":
+        if exp is None:
+            c.error(
+                ("buffer", "trainer_input", "experience_buffer"),
+                None,
+                "mode 'train' needs a data set or buffer to train on: set "
+                "buffer.trainer_input.experience_buffer (storage_type and path)",
+            )
+        elif exp.storage_type == "file" and not exp.path:
+            c.error(
+                ("buffer", "trainer_input", "experience_buffer", "path"),
+                exp.path,
+                "a 'file' experience buffer needs a path",
+            )
+    if _train_batch_size_required(cfg) and not cfg.buffer.train_batch_size and mode != "bench":
+        c.error(
+            ("buffer", "train_batch_size"),
+            cfg.buffer.train_batch_size,
+            "must be set explicitly when mode is 'train' or algorithm_type is 'sft'/'dpo'",
+        )
+    if exp is not None and not exp.path and cfg.buffer.cache_dir:
+        if exp.storage_type == "sql":
+            path = "sqlite:///" + os.path.join(cfg.buffer.cache_dir, f"{exp.name}.db")
+        else:
+            path = os.path.join(cfg.buffer.cache_dir, f"{exp.name}.jsonl")
+        _set_derived(exp, "path", path)
+    pipeline = cfg.data_processor.experience_pipeline
+    if (
+        mode in ("explore", "both", "serve")
+        and pipeline.save_input
+        and pipeline.input_save_path is None
+        and cfg.buffer.cache_dir
+    ):
+        _set_derived(
+            pipeline,
+            "input_save_path",
+            "sqlite:///" + os.path.join(cfg.buffer.cache_dir, "explorer_output.db"),
+        )
+    task_pipeline = cfg.data_processor.task_pipeline
+    if task_pipeline is not None and task_pipeline.output is None and mode != "bench":
+        c.error(
+            ("data_processor", "task_pipeline", "output"),
+            None,
+            "the task pipeline needs an output: set it or a train task set",
+        )
+    # NCCL needs CUDA
+    if cfg.synchronizer.sync_method == "nccl" and mode == "both" and not _cuda_available():
+        c.warn(
+            "CUDA is not available, so weights cannot be synchronised over NCCL; "
+            "synchronizer.sync_method set to 'checkpoint'."
+        )
+        _set_derived(cfg.synchronizer, "sync_method", "checkpoint")
+        for engine in (cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models):
+            _set_derived(engine, "sync_method", "checkpoint")
+
+
+def _cuda_available() -> bool:
+    # looked up through the package so tests and callers can patch
+    # ``trinity.common.config.cuda_is_available``
+    from trinity.common import config as package
+
+    return bool(package.cuda_is_available())

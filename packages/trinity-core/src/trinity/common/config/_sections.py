@@ -1,0 +1,870 @@
+"""Config sections: value sets and the pydantic models of every YAML section."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+)
+
+from ._utils import _intent_dump
+
+EXPLORER_NAME = "explorer"
+TRAINER_NAME = "trainer"
+DEFAULT_EXPERIENCE_BUFFER_NAME = "experience_buffer"
+ROLLOUT_WEIGHT_SYNC_GROUP_NAME = "rollout_weight_sync"
+
+# Environment variables shared with the launcher (same names as Trinity-RFT).
+PLUGIN_DIRS_ENV_VAR = "TRINITY_PLUGIN_DIRS"
+LOG_DIR_ENV_VAR = "TRINITY_LOG_DIR"
+LOG_LEVEL_ENV_VAR = "TRINITY_LOG_LEVEL"
+LOG_NODE_IP_ENV_VAR = "TRINITY_LOG_NODE_IP"
+
+
+# --------------------------------------------------------------------------------------
+# Value sets. Enum-like strings are matched case-insensitively and accept the aliases
+# Trinity-RFT accepts (e.g. ``sync_style: explorer_driven``).
+# --------------------------------------------------------------------------------------
+
+
+def _normalized(aliases: Optional[dict[str, str]] = None, upper: bool = False) -> BeforeValidator:
+    def _norm(value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            text = text.upper() if upper else text.lower()
+            return (aliases or {}).get(text, text)
+        return value
+
+    return BeforeValidator(_norm)
+
+
+RunMode = Annotated[Literal["both", "explore", "train", "bench", "serve"], _normalized()]
+StorageTypeName = Annotated[Literal["file", "queue", "priority_queue", "sql"], _normalized()]
+PromptTypeName = Annotated[Literal["messages", "plaintext"], _normalized()]
+SyncMethodName = Annotated[
+    Literal["nccl", "checkpoint", "memory"],
+    _normalized({"online": "nccl", "offline": "checkpoint"}),
+]
+SyncStyleName = Annotated[
+    Literal["fixed", "dynamic_by_explorer", "dynamic_by_trainer"],
+    _normalized({"explorer_driven": "dynamic_by_explorer", "trainer_driven": "dynamic_by_trainer"}),
+]
+EngineType = Annotated[
+    Literal["vllm", "vllm_async", "transformers", "sglang", "tinker", "external"], _normalized()
+]
+MonitorType = Annotated[Literal["tensorboard", "wandb", "mlflow"], _normalized()]
+LogLevel = Annotated[
+    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], _normalized(upper=True)
+]
+DType = Annotated[Literal["auto", "bfloat16", "float16", "half", "float32", "float"], _normalized()]
+LossAggMode = Annotated[
+    Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"],
+    _normalized(),
+]
+ConcurrentMode = Annotated[Literal["sequential", "asynchronous", "multi-threading"], _normalized()]
+TrainerStrategy = Annotated[Literal["fsdp", "fsdp2", "megatron"], _normalized()]
+SaveStrategy = Annotated[
+    Literal["single_thread", "single_process", "single_node", "unrestricted"], _normalized()
+]
+SaveHFCheckpoint = Annotated[Literal["last", "always", "never"], _normalized()]
+
+_SAVING_MODES = {"both", "train", "explore", "bench"}
+_SFT_LIKE = {"sft", "dpo"}
+_NO_GPU_ENGINES = {"tinker", "external"}
+
+
+def _stringify_values(value: Any) -> Any:
+    """Environment variables are strings; accept ``FOO: 1`` from YAML as ``"1"``."""
+    if isinstance(value, dict):
+        return {k: v if isinstance(v, str) else str(v) for k, v in value.items()}
+    return value
+
+
+class _Section(BaseModel):
+    """Base of every config section: unknown keys are errors, never silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_default=False)
+
+
+# --------------------------------------------------------------------------------------
+# Data formats and rollout arguments
+# --------------------------------------------------------------------------------------
+
+
+class FormatConfig(_Section):
+    """How raw records of a data set map onto prompts, responses and messages."""
+
+    prompt_type: PromptTypeName = Field(
+        "messages", description="'messages' (a list of chat messages) or 'plaintext'."
+    )
+    prompt_key: str = Field("prompt", description="Record key holding the user prompt.")
+    response_key: str = Field(
+        "response", description="Record key holding the reference / assistant response."
+    )
+    system_prompt_key: Optional[str] = Field(
+        None, description="Record key holding a per-sample system prompt (wins over system_prompt)."
+    )
+    system_prompt: Optional[str] = Field(None, description="System prompt used for every sample.")
+    messages_key: str = Field("message", description="Record key holding a list of messages.")
+    tools_key: str = Field("tools", description="Record key holding tool schemas.")
+    image_key: Optional[str] = Field(None, description="Record key holding images (multi-modal).")
+    video_key: Optional[str] = Field(None, description="Record key holding videos (multi-modal).")
+    reply_prefix: Optional[str] = Field(
+        None, description="Text prepended to the assistant reply (e.g. a thinking tag)."
+    )
+    workflow_key: str = Field(
+        "", description="Record key naming a per-sample workflow (overrides the default)."
+    )
+    reward_fn_key: str = Field(
+        "", description="Record key naming a per-sample reward function (overrides the default)."
+    )
+    chosen_key: str = Field("chosen", description="Record key of the preferred response (DPO).")
+    rejected_key: str = Field("rejected", description="Record key of the rejected response (DPO).")
+    enable_concatenated_multi_turn: bool = Field(
+        False, description="Train on every assistant turn of a multi-turn SFT sample."
+    )
+    chat_template: Optional[str] = Field(
+        None, description="Chat template for SFT/DPO data; defaults to model.custom_chat_template."
+    )
+    enable_thinking: Optional[bool] = Field(
+        None, description="Pass enable_thinking to the chat template (Qwen3-style models)."
+    )
+
+
+class GenerationConfig(_Section):
+    """Sampling arguments for rollouts of one task set.
+
+    ``temperature``, ``top_p``, ``top_k`` and ``logprobs`` not given explicitly are taken
+    from the ``model`` section; ``max_tokens`` defaults to ``model.max_response_tokens``.
+    """
+
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
+    top_k: int = Field(-1, description="Top-k sampling; -1 disables it.")
+    logprobs: Optional[int] = Field(
+        0, description="Number of top logprobs to return per token (the engine returns +1)."
+    )
+    max_tokens: Optional[int] = Field(
+        None, ge=1, description="Maximum response tokens; defaults to model.max_response_tokens."
+    )
+    n: int = Field(
+        1,
+        ge=1,
+        description="Responses per request. Set by the explorer from repeat_times; do not set.",
+    )
+
+
+class DataSelectorConfig(_Section):
+    """Order in which samples are drawn from a data set (sequential, shuffle, ...)."""
+
+    selector_type: Optional[str] = Field(
+        "sequential", description="Registered selector name (resolved by trinity-buffer)."
+    )
+    seed: int = Field(42, description="Seed for random selectors.")
+    feature_keys: list[str] = Field(
+        default_factory=list, description="Sample features used by difficulty-based selectors."
+    )
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra selector arguments.")
+
+
+class ReplayBufferConfig(_Section):
+    """Priority replay on top of a queue storage (re-use experiences with a priority)."""
+
+    enable: bool = Field(False, description="Enable priority replay for this queue.")
+    priority_fn: str = Field("linear_decay", description="Registered priority function name.")
+    reuse_cooldown_time: Optional[float] = Field(
+        None, description="Seconds before a used experience may be sampled again."
+    )
+    priority_fn_args: dict[str, Any] = Field(
+        default_factory=lambda: {"decay": 2.0}, description="Arguments of the priority function."
+    )
+
+
+_STORAGE_ALIAS = AliasChoices("default_workflow_type", "default_workflow")
+
+
+class StorageConfig(_Section):
+    """One storage: a task set the explorer reads or an experience buffer the trainer reads.
+
+    The same shape serves both roles (as in Trinity-RFT); ``TasksetConfig`` and
+    ``ExperienceBufferConfig`` only differ in the default ``storage_type``.
+    """
+
+    name: str = Field("", description="Storage name; task sets default to 'taskset_<i>'.")
+    storage_type: StorageTypeName = Field(
+        "file", description="file (local/HF data set), queue, priority_queue or sql."
+    )
+    path: Optional[str] = Field(
+        None, description="Data set path / HF name (file), database URL (sql) or backing file."
+    )
+    split: str = Field("train", description="Data set split to read (file storage).")
+    subset_name: Optional[str] = Field(None, description="Data set subset/config name (file).")
+    format: FormatConfig = Field(
+        default_factory=FormatConfig, description="How records map onto prompts and responses."
+    )
+    repeat_times: Optional[int] = Field(
+        None,
+        ge=1,
+        description=(
+            "Rollouts per task. Train task sets always use algorithm.repeat_times; "
+            "eval task sets default to 1."
+        ),
+    )
+    index: int = Field(0, ge=0, description="Read position; restored from checkpoints.")
+
+    # rollout tasks
+    default_workflow_type: Optional[str] = Field(
+        None,
+        validation_alias=_STORAGE_ALIAS,
+        description="Workflow used for samples that name none (alias: default_workflow).",
+    )
+    default_reward_fn_type: Optional[str] = Field(
+        None, description="Reward function used for samples that name none."
+    )
+    rollout_args: GenerationConfig = Field(
+        default_factory=GenerationConfig, description="Sampling arguments for this task set."
+    )
+    workflow_args: dict[str, Any] = Field(
+        default_factory=dict, description="Free-form arguments passed to every workflow."
+    )
+    reward_fn_args: dict[str, Any] = Field(
+        default_factory=dict, description="Free-form arguments passed to the reward function."
+    )
+    data_selector: DataSelectorConfig = Field(
+        default_factory=DataSelectorConfig, description="Sample selection strategy."
+    )
+    task_selector: Optional[DataSelectorConfig] = Field(
+        None, description="Deprecated spelling of data_selector."
+    )
+    enable_progress_bar: bool = Field(False, description="Show a progress bar while reading.")
+
+    # queue storage
+    capacity: int = Field(10000, ge=1, description="Maximum number of items held by a queue.")
+    max_read_timeout: float = Field(
+        1800, gt=0, description="Seconds a reader waits for enough items before giving up."
+    )
+    replay_buffer: Optional[ReplayBufferConfig] = Field(
+        default_factory=ReplayBufferConfig, description="Priority replay settings (queue)."
+    )
+
+    # sql storage
+    max_retry_times: int = Field(3, ge=0, description="Retries of a failed SQL operation.")
+    max_retry_interval: int = Field(1, ge=0, description="Seconds between SQL retries.")
+
+    # set automatically (Trinity-RFT: "DO NOT SET")
+    ray_namespace: Optional[str] = Field(None, description="Ray namespace; set automatically.")
+    wrap_in_ray: bool = Field(True, description="Serve the storage from a Ray actor.")
+    schema_type: Optional[str] = Field(
+        None, description="Experience schema; set from the algorithm by the trainer."
+    )
+    total_epochs: int = Field(1, ge=1, description="Set from buffer.total_epochs.")
+    total_steps: Optional[int] = Field(None, ge=1, description="Set from buffer.total_steps.")
+    batch_size: int = Field(0, ge=0, description="Set from buffer.(train_)batch_size.")
+    tokenizer_path: Optional[str] = Field(None, description="Set from model.model_path.")
+    is_eval: bool = Field(False, description="Set for eval task sets.")
+
+    def to_storage_config(self) -> StorageConfig:
+        """Return a plain ``StorageConfig`` copy (readers and writers take this type)."""
+        return StorageConfig.model_validate(self.model_dump())
+
+
+class TasksetConfig(StorageConfig):
+    """A task set read by the explorer (``buffer.explorer_input.taskset`` / ``eval_tasksets``)."""
+
+    storage_type: StorageTypeName = Field("file", description="Task sets are usually files.")
+
+
+class ExperienceBufferConfig(StorageConfig):
+    """An experience buffer read by the trainer (``buffer.trainer_input.experience_buffer``)."""
+
+    storage_type: StorageTypeName = Field(
+        "queue", description="queue for online RFT; sql/file for offline data."
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Data processor
+# --------------------------------------------------------------------------------------
+
+
+class OperatorConfig(_Section):
+    """One operator of a data pipeline: a registered name plus its arguments."""
+
+    name: str = Field(..., description="Registered operator name, e.g. 'reward_filter'.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Operator arguments.")
+
+
+class ExperiencePipelineConfig(_Section):
+    """Operators applied to rollout experiences before the trainer sees them."""
+
+    operators: list[OperatorConfig] = Field(
+        default_factory=list, description="Operators, applied in order."
+    )
+    save_input: bool = Field(True, description="Save the raw explorer output before processing.")
+    input_save_path: Optional[str] = Field(
+        None, description="Where raw experiences are saved; defaults into buffer.cache_dir."
+    )
+    inputs: dict[str, ExperienceBufferConfig] = Field(
+        default_factory=dict, description="Extra input buffers, by name (experimental)."
+    )
+    output: Optional[ExperienceBufferConfig] = Field(
+        None, description="Output buffer; the trainer's experience buffer when unset."
+    )
+
+
+class TaskPipelineConfig(_Section):
+    """Operators (Data-Juicer) that turn raw data sets into the task set."""
+
+    operators: list[OperatorConfig] = Field(
+        default_factory=list, description="Operators, applied in order."
+    )
+    num_process: int = Field(4, ge=1, description="Worker processes.")
+    config_path: Optional[str] = Field(
+        None, description="A Data-Juicer config file; overrides operators and num_process."
+    )
+    inputs: list[str] = Field(default_factory=list, description="Raw input files.")
+    output: Optional[TasksetConfig] = Field(
+        None, description="Output task set; defaults to the first train task set."
+    )
+    target_fields: list[str] = Field(
+        default_factory=list, description="Fields carried into the output task set."
+    )
+    priority_weights: dict[str, float] = Field(
+        default_factory=dict, description="Weights (difficulty, diversity, ...) for priorities."
+    )
+    top_k: int = Field(-1, description="Keep the top-k samples after processing; -1 keeps all.")
+
+
+class DataProcessorConfig(_Section):
+    """Data pipelines for tasks (before exploring) and experiences (before training)."""
+
+    task_pipeline: Optional[TaskPipelineConfig] = Field(
+        None, description="Pre-processing of raw task data sets."
+    )
+    experience_pipeline: ExperiencePipelineConfig = Field(
+        default_factory=ExperiencePipelineConfig, description="Processing of rollout experiences."
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------
+
+
+class LoRAConfig(_Section):
+    """A LoRA adapter trained instead of the full model."""
+
+    name: Optional[str] = Field(None, description="Adapter name served by the rollout engine.")
+    path: Optional[str] = Field(
+        None, description="Adapter weights; a blank one is created if unset."
+    )
+    base_model_name: Optional[str] = Field(None, description="Base model name for the engine.")
+    lora_rank: int = Field(32, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha.")
+    lora_dtype: str = Field("auto", description="LoRA weight dtype.")
+    target_modules: str = Field("all-linear", description="Modules that get adapters.")
+    exclude_modules: Optional[str] = Field(None, description="Modules excluded from adapters.")
+    is_dummy: bool = Field(False, description="Set when a blank adapter was created.")
+
+
+class TinkerConfig(_Section):
+    """Use the Tinker service for training and sampling instead of local engines."""
+
+    enable: bool = Field(False, description="Train through Tinker.")
+    rank: int = Field(16, ge=1, description="LoRA rank used by Tinker.")
+    seed: Optional[int] = Field(None, description="Seed for Tinker.")
+    train_mlp: bool = Field(True, description="Train MLP layers.")
+    train_attn: bool = Field(True, description="Train attention layers.")
+    train_unembed: bool = Field(True, description="Train the unembedding layer.")
+    base_url: Optional[str] = Field(None, description="Tinker service URL.")
+
+
+class ExternalModelConfig(_Section):
+    """An OpenAI-compatible API used as the rollout model (bench mode only)."""
+
+    enable: bool = Field(False, description="Benchmark an external API instead of a local model.")
+    base_url_env: str = Field("OPENAI_BASE_URL", description="Env var holding the API base URL.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Env var holding the API key.")
+    model_name: Optional[str] = Field(None, description="Model name sent to the API.")
+
+
+class ModelConfig(_Section):
+    """The policy model being trained and the defaults its rollout engines inherit."""
+
+    model_path: str = Field("", description="HF model id or local path of the policy model.")
+    trust_remote_code: bool = Field(False, description="Allow custom model code from the hub.")
+    critic_model_path: str = Field("", description="Critic model; defaults to model_path.")
+    custom_chat_template: Optional[str] = Field(
+        None, description="Chat template overriding the tokenizer's."
+    )
+    chat_template_path: Optional[str] = Field(
+        None, description="File with a chat template; read when custom_chat_template is unset."
+    )
+    temperature: float = Field(1.0, ge=0.0, description="Default sampling temperature.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Default nucleus sampling threshold.")
+    top_k: int = Field(-1, description="Default top-k; -1 disables it.")
+    logprobs: int = Field(0, ge=0, description="Default number of top logprobs per token.")
+    max_model_len: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Context length; defaults to max_prompt_tokens + max_response_tokens.",
+    )
+    max_prompt_tokens: Optional[int] = Field(None, ge=1, description="Maximum prompt tokens.")
+    max_response_tokens: Optional[int] = Field(None, ge=1, description="Maximum response tokens.")
+    min_response_tokens: int = Field(0, ge=0, description="Minimum response tokens.")
+    enable_prompt_truncation: bool = Field(
+        True, description="Truncate prompts to max_prompt_tokens (not in OpenAI API mode)."
+    )
+    repetition_penalty: float = Field(1.0, gt=0.0, description="Repetition penalty.")
+    enable_thinking: Optional[bool] = Field(
+        None, description="Thinking mode for Qwen3-style models."
+    )
+    lora_configs: Optional[list[LoRAConfig]] = Field(
+        None, description="LoRA adapters to train (at most one for now)."
+    )
+    fully_sharded_loras: bool = Field(False, description="Shard LoRA weights in the engine.")
+    max_cpu_loras: Optional[int] = Field(None, ge=1, description="LoRA adapters cached on CPU.")
+    rope_scaling: Optional[dict[str, Any]] = Field(None, description="RoPE scaling override.")
+    rope_theta: Optional[float] = Field(None, description="RoPE theta override.")
+    tinker: TinkerConfig = Field(default_factory=TinkerConfig, description="Tinker service.")
+    external_model: ExternalModelConfig = Field(
+        default_factory=ExternalModelConfig, description="External OpenAI-compatible model."
+    )
+
+
+class InferenceModelConfig(_Section):
+    """One kind of inference engine: the rollout model or an auxiliary model."""
+
+    model_path: Optional[str] = Field(
+        None, description="Model to serve; the rollout model uses model.model_path."
+    )
+    name: Optional[str] = Field(None, description="Name workflows use to find this model.")
+    trust_remote_code: Optional[bool] = Field(None, description="Defaults to the model section.")
+    engine_type: EngineType = Field(
+        "vllm", description="vllm, transformers (no vLLM needed), sglang, tinker or external."
+    )
+    engine_num: int = Field(1, ge=1, description="Number of engine replicas.")
+    tensor_parallel_size: int = Field(1, ge=0, description="Tensor parallel size per engine.")
+    data_parallel_size: int = Field(1, ge=0, description="Data parallel size per engine.")
+    pipeline_parallel_size: int = Field(1, ge=0, description="Pipeline parallel size per engine.")
+    enable_expert_parallel: bool = Field(False, description="Expert parallelism for MoE models.")
+    gpu_per_engine: int = Field(0, ge=0, description="Computed as TP * DP * PP; do not set.")
+    extra_engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="Extra engine-specific initialisation arguments."
+    )
+    use_v1: bool = Field(True, description="Use the vLLM v1 engine.")
+    enforce_eager: bool = Field(False, description="Disable CUDA graphs.")
+    enable_prefix_caching: bool = Field(True, description="Enable prefix caching.")
+    enable_chunked_prefill: bool = Field(True, description="Enable chunked prefill.")
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0.0, le=1.0, description="Fraction of GPU memory the engine may use."
+    )
+    dtype: DType = Field("bfloat16", description="Weights / activations dtype.")
+    seed: int = Field(42, description="Sampling seed.")
+    temperature: Optional[float] = Field(None, description="Defaults to model.temperature.")
+    top_p: Optional[float] = Field(None, description="Defaults to model.top_p.")
+    top_k: Optional[int] = Field(None, description="Defaults to model.top_k.")
+    logprobs: Optional[int] = Field(None, description="Defaults to model.logprobs.")
+    max_model_len: Optional[int] = Field(None, ge=1, description="Defaults to model.max_model_len.")
+    max_prompt_tokens: Optional[int] = Field(
+        None, ge=1, description="Defaults to model.max_prompt_tokens."
+    )
+    max_response_tokens: Optional[int] = Field(
+        None, ge=1, description="Defaults to model.max_response_tokens."
+    )
+    min_response_tokens: Optional[int] = Field(
+        None, ge=0, description="Defaults to model.min_response_tokens."
+    )
+    enable_prompt_truncation: Optional[bool] = Field(
+        None, description="Defaults to model.enable_prompt_truncation."
+    )
+    repetition_penalty: Optional[float] = Field(
+        None, description="Defaults to model.repetition_penalty."
+    )
+    ignore_eos: bool = Field(False, description="Ignore EOS (long-generation tests only).")
+    enable_multimodal: bool = Field(False, description="Serve a multi-modal model.")
+    chat_template: Optional[str] = Field(
+        None, description="Chat template; defaults to model.custom_chat_template."
+    )
+    enable_thinking: Optional[bool] = Field(None, description="Defaults to model.enable_thinking.")
+    enable_history: bool = Field(
+        False, description="Record every call so workflows can turn it into experiences."
+    )
+    enable_openai_api: bool = Field(False, description="Expose an OpenAI-compatible server.")
+    enable_log_requests: bool = Field(False, description="Log requests in the API server.")
+    base_port: Optional[int] = Field(None, ge=1, le=65535, description="First API server port.")
+    api_key: str = Field("EMPTY", description="API key of the OpenAI-compatible server.")
+    enable_auto_tool_choice: bool = Field(False, description="Automatic tool choice (OpenAI API).")
+    tool_call_parser: Optional[str] = Field(None, description="Tool-call parser name.")
+    reasoning_parser: Optional[str] = Field(None, description="Reasoning parser name.")
+    external_model_config: ExternalModelConfig = Field(
+        default_factory=ExternalModelConfig, description="Copied from model.external_model."
+    )
+    weight_sync_buffer_size: int = Field(
+        1024, ge=1, description="Buffer (MB) for batched NCCL weight sync."
+    )
+    rope_scaling: Optional[dict[str, Any]] = Field(None, description="Defaults to the model's.")
+    rope_theta: Optional[float] = Field(None, description="Defaults to the model's.")
+    # set automatically
+    nnodes: int = Field(1, ge=1, description="Nodes spanned by one engine; computed.")
+    node_rank: int = Field(0, ge=0, description="Set by the launcher.")
+    enable_return_routed_experts: bool = Field(False, description="From algorithm router replay.")
+    bundle_indices: str = Field("", description="Set by the launcher.")
+    engine_id: int = Field(0, ge=0, description="Set by the launcher.")
+    ray_namespace: Optional[str] = Field(None, description="Set from Config.ray_namespace.")
+    ray_actor_name: Optional[str] = Field(None, description="Set by the launcher.")
+    sync_method: Optional[SyncMethodName] = Field(None, description="Set from the synchronizer.")
+    checkpoint_job_dir: Optional[str] = Field(None, description="Set from the run.")
+    cuda_visible_devices: Optional[str] = Field(None, description="Set by the launcher.")
+    enable_lora: bool = Field(False, description="Set from model.lora_configs.")
+    enable_runtime_lora_updating: bool = Field(False, description="Set by the launcher.")
+    lora_modules: Optional[list[dict[str, Any]]] = Field(None, description="Set by the launcher.")
+    lora_kwargs: dict[str, Any] = Field(default_factory=dict, description="Set by the launcher.")
+
+
+# --------------------------------------------------------------------------------------
+# Algorithm
+# --------------------------------------------------------------------------------------
+
+
+class OptimizerConfig(_Section):
+    """Optimizer and learning-rate schedule of the policy model."""
+
+    lr: float = Field(1e-6, gt=0.0, description="Peak learning rate.")
+    lr_warmup_steps: int = Field(-1, description="Warm-up steps; -1 uses lr_warmup_steps_ratio.")
+    lr_warmup_steps_ratio: float = Field(
+        0.0, ge=0.0, le=1.0, description="Warm-up steps as a fraction of total steps."
+    )
+    min_lr_ratio: float = Field(0.01, ge=0.0, le=1.0, description="Final lr as a fraction of lr.")
+    warmup_style: Optional[str] = Field(
+        None, description="Deprecated; copied into lr_scheduler_type."
+    )
+    lr_scheduler_type: str = Field("constant", description="constant, cosine, ...")
+    optimizer_type: str = Field("adam", description="adam, adamw, sgd, ...")
+    betas: list[float] = Field(
+        default_factory=lambda: [0.9, 0.999], min_length=2, max_length=2, description="Adam betas."
+    )
+    weight_decay: float = Field(0.01, ge=0.0, description="Weight decay.")
+    clip_grad: float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
+
+
+class AlgorithmConfig(_Section):
+    """The RL algorithm and its pluggable components.
+
+    Component names left unset (None) take the algorithm type's defaults; that
+    resolution needs the algorithm registry and happens in ``trinity.algorithm``.
+    """
+
+    algorithm_type: str = Field("ppo", description="Registered algorithm: ppo, grpo, opmd, sft...")
+    repeat_times: int = Field(1, ge=1, description="Rollouts per task (group size for GRPO).")
+    optimizer: OptimizerConfig = Field(
+        default_factory=OptimizerConfig, description="Policy optimizer."
+    )
+    sample_strategy: Optional[str] = Field(None, description="How batches are drawn from buffers.")
+    sample_strategy_args: Optional[dict[str, Any]] = Field(None, description="Its arguments.")
+    advantage_fn: Optional[str] = Field(None, description="Advantage / return computation.")
+    advantage_fn_args: Optional[dict[str, Any]] = Field(None, description="Its arguments.")
+    kl_penalty_fn: Optional[str] = Field(
+        None, description="KL penalty applied to rewards ('none' disables it)."
+    )
+    kl_penalty_fn_args: Optional[dict[str, Any]] = Field(None, description="Its arguments.")
+    policy_loss_fn: Optional[str] = Field(None, description="Policy loss.")
+    policy_loss_fn_args: Optional[dict[str, Any]] = Field(None, description="Its arguments.")
+    kl_loss_fn: Optional[str] = Field(None, description="KL loss term ('none' disables it).")
+    kl_loss_fn_args: Optional[dict[str, Any]] = Field(None, description="Its arguments.")
+    entropy_loss_fn: Optional[str] = Field(None, description="Entropy loss term.")
+    entropy_loss_fn_args: Optional[dict[str, Any]] = Field(None, description="Its arguments.")
+    loss_agg_mode: Optional[LossAggMode] = Field(
+        None, description="How token losses are aggregated; defaults to token-mean."
+    )
+    enable_router_replay: bool = Field(False, description="Rollout router replay (MoE models).")
+    bypass_old_logprobs: bool = Field(
+        True, description="Use rollout logprobs as old logprobs instead of recomputing them."
+    )
+    rollout_correction: Optional[dict[str, Any]] = Field(
+        None, description="Off-policy correction settings (IS weights, rejection sampling)."
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Cluster, buffer, explorer, synchronizer, trainer, monitor, log, service
+# --------------------------------------------------------------------------------------
+
+
+class ClusterConfig(_Section):
+    """Ray cluster resources. 0 means 'detect at start-up'."""
+
+    ray_address: str = Field("auto", description="Ray address; 'auto' starts or joins locally.")
+    node_num: int = Field(0, ge=0, description="Nodes; 0 detects them from Ray.")
+    gpu_per_node: int = Field(0, ge=0, description="GPUs per node; 0 detects them from Ray.")
+    total_gpu_num: int = Field(0, ge=0, description="Computed.")
+    rollout_gpu_num: int = Field(0, ge=0, description="Computed.")
+    auxiliary_model_gpu_num: int = Field(0, ge=0, description="Computed.")
+    explorer_gpu_num: int = Field(0, ge=0, description="Computed.")
+    trainer_gpu_num: int = Field(0, ge=0, description="Computed.")
+    trainer_node_num: int = Field(0, ge=0, description="Computed.")
+    trainer_gpu_num_per_node: int = Field(0, ge=0, description="Computed.")
+
+
+class ExplorerInput(_Section):
+    """What the explorer reads: train task sets, eval task sets and their defaults."""
+
+    taskset: Optional[TasksetConfig] = Field(None, description="The train task set.")
+    tasksets: list[TasksetConfig] = Field(
+        default_factory=list, description="Several train task sets (instead of taskset)."
+    )
+    eval_tasksets: list[TasksetConfig] = Field(
+        default_factory=list, description="Task sets evaluated every explorer.eval_interval."
+    )
+    default_workflow_type: Optional[str] = Field(
+        None, description="Workflow for task sets that name none."
+    )
+    default_eval_workflow_type: Optional[str] = Field(
+        None, description="Workflow for eval task sets that name none."
+    )
+    default_reward_fn_type: Optional[str] = Field(
+        None, description="Reward function for task sets that name none."
+    )
+
+    def get_tasksets(self) -> list[TasksetConfig]:
+        """The train task sets, whichever of ``taskset`` / ``tasksets`` was used."""
+        return [self.taskset] if self.taskset is not None else list(self.tasksets)
+
+
+class TrainerInput(_Section):
+    """What the trainer reads."""
+
+    experience_buffer: Optional[ExperienceBufferConfig] = Field(
+        None, description="Main experience buffer (created as a queue for mode both/explore)."
+    )
+    auxiliary_buffers: dict[str, ExperienceBufferConfig] = Field(
+        default_factory=dict, description="Extra buffers by name (e.g. SFT data for mixing)."
+    )
+
+
+class BufferConfig(_Section):
+    """Batch sizes and the storages connecting explorer and trainer."""
+
+    batch_size: int = Field(1, ge=1, description="Tasks per explore step.")
+    train_batch_size: int = Field(
+        0, ge=0, description="Experiences per train step; 0 means batch_size * repeat_times."
+    )
+    total_epochs: int = Field(1, ge=1, description="Passes over the train task set.")
+    total_steps: Optional[int] = Field(None, ge=1, description="Stop after this many steps.")
+    explorer_input: ExplorerInput = Field(
+        default_factory=ExplorerInput, description="Inputs of the explorer."
+    )
+    trainer_input: TrainerInput = Field(
+        default_factory=TrainerInput, description="Inputs of the trainer."
+    )
+    explorer_output: Optional[StorageConfig] = Field(None, description="Set automatically.")
+    tokenizer_path: Optional[str] = Field(None, description="Set from model.model_path.")
+    cache_dir: Optional[str] = Field(None, description="Set to <checkpoint_job_dir>/buffer.")
+
+
+class OverRolloutConfig(_Section):
+    """Start training before the slowest tasks of a step finish."""
+
+    ratio: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Fraction of a step's tasks the explorer may skip."
+    )
+    wait_after_min: float = Field(30.0, ge=0.0, description="Seconds to wait after the minimum.")
+    return_partial_tasks: bool = Field(False, description="Keep tasks with partial results.")
+
+
+class DynamicTimeoutConfig(_Section):
+    """Per-step task timeout derived from observed task durations."""
+
+    enable: bool = Field(False, description="Enable dynamic timeouts.")
+    warmup_min_steps: int = Field(1, ge=0, description="Fully observed steps before enabling.")
+    ratio: float = Field(3.0, gt=0.0, description="Timeout = average task time * ratio.")
+
+
+class ExplorerConfig(_Section):
+    """The explorer: rollout engines, workflow runners, evaluation."""
+
+    name: str = Field(EXPLORER_NAME, description="Ray actor name of the explorer.")
+    mode: Optional[RunMode] = Field(None, description="Copied from Config.mode; do not set.")
+    runner_per_model: int = Field(8, ge=1, description="Workflow runners per rollout engine.")
+    max_timeout: int = Field(1800, ge=1, description="Seconds a task may run.")
+    max_retry_times: int = Field(2, ge=0, description="Retries of a failed or timed-out task.")
+    env_vars: Annotated[dict[str, str], BeforeValidator(_stringify_values)] = Field(
+        default_factory=dict, description="Environment variables for workflow runners."
+    )
+    concurrent_mode: ConcurrentMode = Field(
+        "sequential", description="How a runner executes a group of repeated tasks."
+    )
+    max_repeat_times_per_runner: Optional[int] = Field(
+        None, ge=1, description="Split repeated tasks across runners in chunks of this size."
+    )
+    runner_num: Optional[int] = Field(None, description="Deprecated; use runner_per_model.")
+    rollout_model: InferenceModelConfig = Field(
+        default_factory=InferenceModelConfig, description="Engines serving the policy model."
+    )
+    auxiliary_models: list[InferenceModelConfig] = Field(
+        default_factory=list, description="Extra models for workflows (judges, tools, ...)."
+    )
+    eval_interval: int = Field(100, ge=1, description="Evaluate every N explore steps.")
+    eval_on_startup: bool = Field(True, description="Evaluate at step 0.")
+    bench_on_latest_checkpoint: bool = Field(
+        False, description="bench mode: only evaluate the latest checkpoint."
+    )
+    proxy_port: int = Field(8010, ge=1, le=65535, description="serve mode proxy port.")
+    listen_address: str = Field("0.0.0.0", description="serve mode listen address.")
+    service_status_check_interval: int = Field(60, ge=1, description="serve mode health checks.")
+    min_running_model_num: int = Field(1, ge=1, description="serve mode: models kept running.")
+    db_url: Optional[str] = Field(None, description="serve mode history database.")
+    over_rollout: OverRolloutConfig = Field(
+        default_factory=OverRolloutConfig, description="Over-rollout (experimental)."
+    )
+    dynamic_timeout: DynamicTimeoutConfig = Field(
+        default_factory=DynamicTimeoutConfig, description="Dynamic timeout (experimental)."
+    )
+    runner_state_report_interval: int = Field(
+        0, ge=0, description="Report runner state every N seconds; 0 disables."
+    )
+    max_inflight_batches: int = Field(2, ge=1, description="Train batches held concurrently.")
+
+
+class SynchronizerConfig(_Section):
+    """How and when new weights travel from the trainer to the rollout engines."""
+
+    sync_method: SyncMethodName = Field(
+        "nccl", description="nccl (GPU broadcast), checkpoint (via disk) or memory."
+    )
+    sync_style: SyncStyleName = Field(
+        "fixed", description="fixed, dynamic_by_explorer or dynamic_by_trainer."
+    )
+    sync_interval: int = Field(1, ge=1, description="Synchronise every N steps.")
+    explorer_sync_interval: Optional[int] = Field(
+        None, ge=1, description="Defaults to sync_interval."
+    )
+    trainer_sync_interval: Optional[int] = Field(
+        None, ge=1, description="Defaults to sync_interval."
+    )
+    sync_offset: int = Field(0, ge=0, description="Explorer steps run ahead before the first sync.")
+    sync_timeout: int = Field(3600, ge=1, description="Seconds to wait for a synchronisation.")
+    group_name: str = Field(ROLLOUT_WEIGHT_SYNC_GROUP_NAME, description="NCCL process group name.")
+    wait_for_checkpoint: bool = Field(False, description="Wait for the latest checkpoint.")
+    explorer_world_size: Optional[int] = Field(None, description="Computed.")
+    ray_namespace: str = Field("", description="Set from Config.ray_namespace.")
+
+
+class MegatronParallelConfig(_Section):
+    """Megatron-Core parallelism (trainer_strategy: megatron)."""
+
+    tensor_model_parallel_size: int = Field(1, ge=1)
+    pipeline_model_parallel_size: int = Field(1, ge=1)
+    virtual_pipeline_model_parallel_size: Optional[int] = Field(None, ge=1)
+    expert_model_parallel_size: int = Field(1, ge=1)
+    expert_tensor_parallel_size: Optional[int] = Field(None, ge=1)
+    context_parallel_size: int = Field(1, ge=1)
+    sequence_parallel: bool = True
+
+
+class TrainerConfig(_Section):
+    """The trainer, engine-independent part; engine specifics go to ``trainer_config``."""
+
+    name: str = Field(TRAINER_NAME, description="Ray actor name of the trainer.")
+    trainer_type: str = Field("verl", description="Training backend (verl, tinker, ...).")
+    trainer_strategy: TrainerStrategy = Field("fsdp2", description="fsdp, fsdp2 or megatron.")
+    save_interval: int = Field(
+        0, ge=0, description="Save a checkpoint every N steps; 0 = end only."
+    )
+    enable_preview: bool = Field(True, description="Log rollout previews to the monitor.")
+    total_steps: Optional[int] = Field(None, ge=1, description="Stop training after N steps.")
+    save_hf_checkpoint: SaveHFCheckpoint = Field(
+        "last", description="Save HF-format weights: last, always or never."
+    )
+    grad_clip: float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
+    use_dynamic_bsz: bool = Field(True, description="Pack micro batches by token count.")
+    use_remove_padding: bool = Field(True, description="Remove padding in the forward pass.")
+    balance_batch: bool = Field(True, description="Balance tokens across data-parallel ranks.")
+    critic_warmup: int = Field(0, ge=0, description="Steps training only the critic.")
+    max_token_len_per_gpu: Optional[int] = Field(
+        None, ge=1, description="Tokens per GPU micro batch; defaults to 2 * max_model_len / SP."
+    )
+    ulysses_sequence_parallel_size: int = Field(1, ge=1, description="Sequence parallel size.")
+    fix_actor_microbatch_loss_scale: bool = Field(False, description="Experimental.")
+    param_offload: bool = Field(False, description="Offload parameters to CPU.")
+    optimizer_offload: bool = Field(False, description="Offload optimizer states to CPU.")
+    grad_offload: bool = Field(False, description="Offload gradients to CPU.")
+    offload_policy: bool = Field(False, description="FSDP2 CPU offload policy.")
+    save_strategy: SaveStrategy = Field(
+        "unrestricted", description="How concurrent checkpoint saves are serialised."
+    )
+    max_checkpoints_to_keep: int = Field(0, ge=0, description="0 keeps all checkpoints.")
+    megatron: MegatronParallelConfig = Field(
+        default_factory=MegatronParallelConfig, description="Megatron parallelism."
+    )
+    trust_remote_code: bool = Field(False, description="Copied from the model section.")
+    trainer_config: Optional[dict[str, Any]] = Field(
+        default_factory=dict, description="Backend config passed through verbatim (e.g. verl)."
+    )
+    trainer_config_path: str = Field("", description="Deprecated; use trainer_config.")
+
+
+class MonitorConfig(_Section):
+    """Where metrics go."""
+
+    monitor_type: MonitorType = Field("tensorboard", description="tensorboard, wandb or mlflow.")
+    monitor_args: Optional[dict[str, Any]] = Field(None, description="Monitor arguments.")
+    detailed_stats: bool = Field(False, description="Report mean/std/max/min for eval metrics.")
+    enable_ray_timeline: bool = Field(False, description="Write a Ray timeline profile.")
+    cache_dir: str = Field("", description="Set to <checkpoint_job_dir>/monitor.")
+
+
+class LogConfig(_Section):
+    """Logging."""
+
+    level: LogLevel = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
+    group_by_node: bool = Field(False, description="Group log files by node IP.")
+    save_dir: str = Field("", description="Set to <checkpoint_job_dir>/log.")
+
+
+class DataJuicerServiceConfig(_Section):
+    """A Data-Juicer server used by data_juicer operators."""
+
+    server_url: Optional[str] = Field(None, description="URL of a running server.")
+    auto_start: bool = Field(False, description="Start a local server.")
+    port: Optional[int] = Field(None, ge=1, le=65535, description="Port of the local server.")
+
+
+class ServiceConfig(_Section):
+    """External services."""
+
+    data_juicer: Optional[DataJuicerServiceConfig] = Field(None, description="Data-Juicer.")
+
+
+class StageConfig(_Section):
+    """One stage of a multi-stage run (e.g. SFT warm-up, then GRPO).
+
+    Every section is a *partial override*: only the keys written here replace those of
+    the base config; the merged result is validated as a whole config.
+    """
+
+    stage_name: str = Field(
+        ..., min_length=1, description="Stage name; the run becomes name/stage."
+    )
+    mode: Optional[RunMode] = None
+    algorithm: Optional[AlgorithmConfig] = None
+    model: Optional[ModelConfig] = None
+    cluster: Optional[ClusterConfig] = None
+    buffer: Optional[BufferConfig] = None
+    explorer: Optional[ExplorerConfig] = None
+    synchronizer: Optional[SynchronizerConfig] = None
+    trainer: Optional[TrainerConfig] = None
+    data_processor: Optional[DataProcessorConfig] = None
+    monitor: Optional[MonitorConfig] = None
+    log: Optional[LogConfig] = None
+
+    def overrides(self) -> dict[str, Any]:
+        """The keys this stage sets, as a nested dict (without ``stage_name``)."""
+        data = _intent_dump(self)
+        data.pop("stage_name", None)
+        return data

@@ -1,0 +1,376 @@
+"""Tasks, workflows and the ``WORKFLOWS`` registry.
+
+A :class:`Task` is one row of a task set plus the task set's settings; ``task.to_workflow(model)``
+builds the registered :class:`Workflow` that runs it. A workflow talks to the model being trained
+(a :class:`~trinity.common.models.model.ModelWrapper`), gets feedback from its environment, and
+returns :class:`~trinity.common.experience.Experience` objects.
+
+:func:`run_task` / :func:`run_task_async` are the one place that drives a task the way the
+explorer's runners do (repeats, run ids, reset of reusable workflows), so tests of every package
+exercise the same path as production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+from trinity.common.config import FormatConfig, GenerationConfig
+from trinity.common.experience import Experience
+from trinity.common.models.model import ModelWrapper
+from trinity.common.rewards.reward_fn import REWARD_FUNCTIONS, RewardFn
+from trinity.utils.aio import run_sync
+from trinity.utils.log import get_logger
+from trinity.utils.registry import Registry
+
+__all__ = [
+    "WORKFLOWS",
+    "Task",
+    "Workflow",
+    "MultiTurnWorkflow",
+    "run_task",
+    "run_task_async",
+]
+
+WORKFLOWS: Registry[type[Workflow]] = Registry("workflows")
+
+
+@dataclass
+class Task:
+    """One task of a task set, with the settings needed to build and run its workflow.
+
+    ``workflow`` and ``reward_fn`` may be registered names (as written in YAML) or classes;
+    names are resolved through the registries when the task becomes a workflow, so a task stays
+    a small, picklable record until then.
+    """
+
+    workflow: Union[str, type[Workflow], None] = None
+    repeat_times: Optional[int] = None
+    format_args: FormatConfig = field(default_factory=FormatConfig)
+    rollout_args: GenerationConfig = field(default_factory=GenerationConfig)
+    workflow_args: dict = field(default_factory=dict)
+    reward_fn_args: dict = field(default_factory=dict)
+    is_eval: bool = False
+    reward_fn: Union[str, type[RewardFn], None] = None
+    raw_task: Optional[dict] = None
+
+    # assigned by the explorer
+    batch_id: Union[int, str] = ""
+    task_id: Union[int, str] = ""
+    index: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # YAML/dict input is accepted for the two config blocks as well as model instances.
+        if isinstance(self.format_args, dict):
+            self.format_args = FormatConfig(**self.format_args)
+        if isinstance(self.rollout_args, dict):
+            self.rollout_args = GenerationConfig(**self.rollout_args)
+        if self.repeat_times is not None and self.repeat_times < 1:
+            raise ValueError(f"Task.repeat_times must be >= 1, got {self.repeat_times}")
+
+    # ------------------------------------------------------------------ resolution
+    @property
+    def workflow_cls(self) -> type[Workflow]:
+        """The workflow class (a registered name is looked up in ``WORKFLOWS``)."""
+        if self.workflow is None:
+            raise ValueError(
+                "This task has no workflow: set buffer.explorer_input.taskset."
+                "default_workflow_type (or a per-row workflow) to a registered name. "
+                f"Known workflows: {', '.join(WORKFLOWS.list()) or 'none installed'}."
+            )
+        if isinstance(self.workflow, str):
+            return WORKFLOWS.get(self.workflow)
+        return self.workflow
+
+    @property
+    def reward_fn_cls(self) -> Optional[type[RewardFn]]:
+        """The reward-function class, or None (a registered name is looked up)."""
+        if isinstance(self.reward_fn, str):
+            return REWARD_FUNCTIONS.get(self.reward_fn)
+        return self.reward_fn
+
+    def to_workflow(
+        self,
+        model: ModelWrapper,
+        auxiliary_models: Optional[Sequence[Any]] = None,
+    ) -> Workflow:
+        """Build this task's workflow around ``model``.
+
+        Registered names in ``workflow`` / ``reward_fn`` are replaced by their classes first, so
+        workflow code can call ``task.reward_fn(**task.reward_fn_args)``. The workflow class is
+        called with keyword arguments, which fits both the current guide's
+        ``__init__(self, task, model, auxiliary_models)`` and the older
+        ``__init__(self, model, task, auxiliary_models)``.
+        """
+        cls = self.workflow_cls
+        self.workflow = cls
+        self.reward_fn = self.reward_fn_cls
+        kwargs: dict[str, Any] = {
+            "task": self,
+            "model": model,
+            "auxiliary_models": list(auxiliary_models) if auxiliary_models else None,
+        }
+        params = inspect.signature(cls.__init__).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            kwargs = {k: v for k, v in kwargs.items() if k in params}
+        return cls(**kwargs)
+
+    # ------------------------------------------------------------------ conveniences
+    @property
+    def task_desc(self) -> Optional[str]:
+        """The prompt of the task: ``raw_task[format_args.prompt_key]``."""
+        return (self.raw_task or {}).get(self.format_args.prompt_key)
+
+    @property
+    def truth(self) -> Optional[str]:
+        """The reference answer: ``raw_task[format_args.response_key]``."""
+        return (self.raw_task or {}).get(self.format_args.response_key)
+
+    def to_dict(self) -> dict:
+        return dict(self.raw_task or {})
+
+
+class Workflow:
+    """Base class of workflows: run a task with the model, return Experiences.
+
+    Subclasses implement :meth:`run` (synchronous) or :meth:`run_async` (set ``is_async = True``
+    for clarity); the other one is derived. Class attributes tell the runner what the workflow
+    supports:
+
+    * ``can_reset`` / :meth:`resettable` — the instance can be reused for another task through
+      :meth:`reset` instead of being rebuilt (worth it for heavy environments);
+    * ``can_repeat`` — one :meth:`run` produces all ``repeat_times`` samples (e.g. with ``n=``
+      in one generation call); otherwise the runner calls :meth:`run` ``repeat_times`` times.
+
+    The constructor is keyword-only in the current API, ``Workflow(task=..., model=...,
+    auxiliary_models=...)``; the older positional order ``Workflow(model, task,
+    auxiliary_models)`` is accepted as well.
+
+    ``auxiliary_models`` given as :class:`ModelWrapper` objects (what the explorer passes) are
+    kept in ``self.auxiliary_model_wrappers`` and exposed as OpenAI clients in
+    ``self.auxiliary_models`` (async clients for async workflows), as the guide describes.
+    """
+
+    can_reset: bool = False
+    can_repeat: bool = False
+    is_async: bool = False
+
+    def __init__(
+        self,
+        *args: Any,
+        task: Optional[Task] = None,
+        model: Optional[ModelWrapper] = None,
+        auxiliary_models: Optional[Sequence[Any]] = None,
+    ) -> None:
+        if args:
+            task, model, auxiliary_models = _positional_init_args(
+                type(self).__name__, args, task, model, auxiliary_models
+            )
+        if task is None or model is None:
+            raise TypeError(
+                f"{type(self).__name__}() needs task= and model= "
+                "(Workflow(task=task, model=model, auxiliary_models=None))"
+            )
+        if not _overrides(type(self), "run") and not _overrides(type(self), "run_async"):
+            raise TypeError(f"{type(self).__name__} must implement run() or run_async()")
+        self.task = task
+        self.model = model
+        self.auxiliary_model_wrappers: Optional[list[ModelWrapper]] = None
+        self.auxiliary_models: Optional[list[Any]] = None
+        if auxiliary_models:
+            wrappers = [m for m in auxiliary_models if isinstance(m, ModelWrapper)]
+            if len(wrappers) == len(auxiliary_models):
+                self.auxiliary_model_wrappers = wrappers
+                self.auxiliary_models = [
+                    m.get_openai_async_client() if self.is_async else m.get_openai_client()
+                    for m in wrappers
+                ]
+            else:  # already clients (the older API passed openai.OpenAI objects)
+                self.auxiliary_models = list(auxiliary_models)
+        self.repeat_times = 1
+        self.run_id_base = 0
+        self.logger = get_logger(type(self).__module__)
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> list[Experience]:
+        """Run the workflow and return a list of Experiences."""
+        if _overrides(type(self), "run_async"):
+            return run_sync(self.run_async())
+        raise NotImplementedError(f"{type(self).__name__} implements neither run nor run_async")
+
+    async def run_async(self) -> list[Experience]:
+        """Async twin of :meth:`run`; a sync-only workflow runs in a worker thread."""
+        if _overrides(type(self), "run"):
+            return await asyncio.to_thread(self.run)
+        raise NotImplementedError(f"{type(self).__name__} implements neither run nor run_async")
+
+    # ------------------------------------------------------------------ reuse
+    def resettable(self) -> bool:
+        """Whether :meth:`reset` can re-target this instance at another task."""
+        return bool(self.can_reset)
+
+    def reset(self, task: Task) -> None:
+        """Re-initialise for ``task`` (implement together with ``resettable() -> True``)."""
+        raise NotImplementedError(f"{type(self).__name__} is not resettable")
+
+    @property
+    def repeatable(self) -> bool:
+        return bool(self.can_repeat)
+
+    def set_repeat_times(self, repeat_times: int, run_id_base: int) -> None:
+        """Ask a repeatable workflow for ``repeat_times`` samples with run ids from ``run_id_base``."""
+        self.repeat_times = repeat_times
+        self.run_id_base = run_id_base
+
+
+class MultiTurnWorkflow(Workflow):
+    """Base for multi-turn workflows that train on a whole conversation as one sequence.
+
+    :meth:`process_messages_to_experience` tokenizes the conversation with the model's chat
+    template and marks only the model's own tokens in ``action_mask`` (environment, user and
+    tool tokens are context, not actions).
+    """
+
+    def process_messages_to_experience(
+        self,
+        messages: list[dict],
+        reward: float,
+        info: Optional[dict] = None,
+        truncate_status: Optional[str] = None,
+        tools: Optional[list[dict]] = None,
+    ) -> Experience:
+        converted = self.model.convert_messages_to_experience(messages, tools=tools)
+        return _finish_multi_turn(converted, reward, info, truncate_status)
+
+    async def process_messages_to_experience_async(
+        self,
+        messages: list[dict],
+        reward: float,
+        info: Optional[dict] = None,
+        truncate_status: Optional[str] = None,
+        tools: Optional[list[dict]] = None,
+    ) -> Experience:
+        converted = await self.model.convert_messages_to_experience_async(messages, tools=tools)
+        return _finish_multi_turn(converted, reward, info, truncate_status)
+
+
+def _finish_multi_turn(
+    exp: Experience, reward: float, info: Optional[dict], truncate_status: Optional[str]
+) -> Experience:
+    info = dict(info or {})
+    exp.truncate_status = exp.truncate_status or truncate_status
+    # A conversation cut off by the length limit did not finish the task: no credit for it.
+    exp.reward = 0.0 if exp.truncate_status == "response_truncated" else float(reward)
+    exp.info = {**(exp.info or {}), **info}
+    numeric = {
+        k: float(v)
+        for k, v in info.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    exp.metrics = {**(exp.metrics or {}), **numeric}
+    return exp
+
+
+# ---------------------------------------------------------------------- driving a task
+async def run_task_async(
+    task: Task,
+    model: ModelWrapper,
+    auxiliary_models: Optional[Sequence[Any]] = None,
+    workflow: Optional[Workflow] = None,
+) -> tuple[list[Experience], Workflow]:
+    """Run one task the way the explorer's runners do.
+
+    Reuses ``workflow`` through :meth:`Workflow.reset` when it is resettable and of the task's
+    class, else builds a new one. Produces ``task.repeat_times`` runs (one call for repeatable
+    workflows, a loop otherwise), stamps each Experience's id with the task's batch/task ids and
+    its run index, and records the model version that produced it.
+
+    Returns:
+        The experiences and the workflow instance (to reuse for the next task).
+    """
+    cls = task.workflow_cls
+    if workflow is not None and type(workflow) is cls and workflow.resettable():
+        task.workflow = cls
+        task.reward_fn = task.reward_fn_cls
+        workflow.task = task
+        workflow.reset(task)
+    else:
+        workflow = task.to_workflow(model, auxiliary_models)
+    repeat_times = task.repeat_times or 1
+    experiences: list[Experience] = []
+    if workflow.repeatable:
+        workflow.set_repeat_times(repeat_times, run_id_base=0)
+        experiences = _checked(cls, await workflow.run_async())
+    else:
+        for run_id in range(repeat_times):
+            workflow.set_repeat_times(1, run_id_base=run_id)
+            run_exps = _checked(cls, await workflow.run_async())
+            for exp in run_exps:
+                exp.eid.run = run_id
+            experiences.extend(run_exps)
+    version = model.model_version
+    for exp in experiences:
+        exp.eid.batch = task.batch_id
+        exp.eid.task = task.task_id
+        if exp.model_version is None:
+            exp.model_version = version
+    return experiences, workflow
+
+
+def run_task(
+    task: Task,
+    model: ModelWrapper,
+    auxiliary_models: Optional[Sequence[Any]] = None,
+    workflow: Optional[Workflow] = None,
+) -> list[Experience]:
+    """Synchronous :func:`run_task_async` returning only the experiences."""
+    experiences, _ = run_sync(run_task_async(task, model, auxiliary_models, workflow))
+    return experiences
+
+
+# ---------------------------------------------------------------------- helpers
+def _checked(cls: type, result: Any) -> list[Experience]:
+    """A workflow's output as a list, refusing anything but Experiences (named in the error)."""
+    if not isinstance(result, (list, tuple)):
+        raise TypeError(
+            f"{cls.__name__}.run() must return a list of Experience, got {type(result).__name__}"
+        )
+    for item in result:
+        if not isinstance(item, Experience):
+            raise TypeError(
+                f"{cls.__name__}.run() must return a list of Experience, "
+                f"got an item of type {type(item).__name__}"
+            )
+    return list(result)
+
+
+def _overrides(cls: type, name: str) -> bool:
+    return getattr(cls, name) is not getattr(Workflow, name)
+
+
+def _positional_init_args(
+    cls_name: str,
+    args: tuple,
+    task: Optional[Task],
+    model: Optional[ModelWrapper],
+    auxiliary_models: Optional[Sequence[Any]],
+) -> tuple[Optional[Task], Optional[ModelWrapper], Optional[Sequence[Any]]]:
+    """Map positional arguments, recognising task and model by type (either order)."""
+    if len(args) > 3:
+        raise TypeError(f"{cls_name}() takes at most 3 positional arguments ({len(args)} given)")
+    rest = []
+    for arg in args:
+        if isinstance(arg, Task) and task is None:
+            task = arg
+        elif model is None and not isinstance(arg, (Task, list, tuple)) and arg is not None:
+            model = arg
+        else:
+            rest.append(arg)
+    if rest:
+        if auxiliary_models is not None or len(rest) > 1:
+            raise TypeError(f"{cls_name}(): cannot map positional arguments {args!r}")
+        auxiliary_models = rest[0]
+    return task, model, auxiliary_models

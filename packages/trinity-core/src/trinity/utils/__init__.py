@@ -1,0 +1,1 @@
+"""Utilities shared by every Trinity package (registry, plugin loading, logging)."""

@@ -1,0 +1,107 @@
+"""The installed console scripts validate configs and report errors without tracebacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart.yaml"
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def valid_config(tmp_path) -> Path:
+    data = tmp_path / "tasks.jsonl"
+    data.write_text('{"question": "1+1=", "answer": "2"}\n')
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        textwrap.dedent(
+            f"""
+            project: p
+            name: n
+            checkpoint_root_dir: {tmp_path / "ckpt"}
+            algorithm:
+              algorithm_type: grpo
+              repeat_times: 4
+            model:
+              model_path: {tmp_path / "model"}
+              max_prompt_tokens: 16
+              max_response_tokens: 8
+            buffer:
+              batch_size: 2
+              explorer_input:
+                taskset:
+                  path: {data}
+                  default_workflow_type: my_workflow
+            """
+        )
+    )
+    return cfg
+
+
+def test_console_scripts_are_installed():
+    assert (BIN / "trinity").exists() and (BIN / "trinity-launch").exists()
+
+
+@pytest.mark.skipif(not QUICKSTART.exists(), reason="needs the repository checkout")
+def test_quickstart_config_validates_and_says_nothing_ran():
+    out = _run(str(BIN / "trinity-launch"), str(QUICKSTART), cwd=QUICKSTART.parents[1])
+    assert out.returncode == 0, out.stderr
+    assert "Config OK: mode=both" in out.stdout
+    assert "algorithm: grpo (repeat_times=8)" in out.stdout
+    assert "nothing was run" in out.stdout
+
+
+def test_trinity_run_loads_plugin_dirs_first(valid_config, tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    marker = tmp_path / "plugin-ran"
+    (plugins / "my_plugin.py").write_text(f"open({str(marker)!r}, 'w').write('yes')\n")
+    out = _run(
+        str(BIN / "trinity"), "run", "--config", str(valid_config), "--plugin-dir", str(plugins)
+    )
+    assert out.returncode == 0, out.stderr
+    assert marker.read_text() == "yes"
+    assert "Config OK" in out.stdout
+
+
+def test_bad_config_exits_2_naming_field_value_and_allowed_values(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("mode: both\nsynchronizer:\n  sync_methdo: nccl\n  sync_style: sometimes\n")
+    out = _run(str(BIN / "trinity-launch"), str(cfg))
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert "synchronizer.sync_methdo" in out.stderr and "sync_method" in out.stderr
+    assert "synchronizer.sync_style" in out.stderr and "'sometimes'" in out.stderr
+    assert "dynamic_by_explorer" in out.stderr
+    assert str(cfg) in out.stderr
+
+
+def test_missing_file_and_missing_plugin_dir_are_clear_errors(valid_config, tmp_path):
+    out = _run(str(BIN / "trinity-launch"), str(tmp_path / "nope.yaml"))
+    assert out.returncode == 2 and "nope.yaml" in out.stderr and "Traceback" not in out.stderr
+    out = _run(
+        str(BIN / "trinity"),
+        "run",
+        "--config",
+        str(valid_config),
+        "--plugin-dir",
+        str(tmp_path / "no-plugins"),
+    )
+    assert out.returncode == 2 and "no-plugins" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_run_level_checks_apply(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("mode: explore\nmodel:\n  model_path: m\n  max_model_len: 64\n")
+    out = _run(str(BIN / "trinity-launch"), str(cfg))
+    assert out.returncode == 2, out.stdout
+    assert "checkpoint_root_dir" in out.stderr

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Run every test: each package's own tests in an environment holding only that package and its
+# dependencies (the per-package matrix), then the cross-package tests in tests/ with the whole
+# workspace installed.
+#
+#   ./scripts/test.sh                 # everything
+#   ./scripts/test.sh trinity-core    # one package's tests only (plus nothing else)
+#   PYTEST_ARGS="-x -k config" ./scripts/test.sh trinity-core
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$ROOT"
+
+ALL_PACKAGES=(trinity-core trinity-algorithms trinity-buffer trinity-workflows trinity-launcher)
+if [ $# -gt 0 ]; then targets=("$@"); else targets=("${ALL_PACKAGES[@]}" root); fi
+
+ARTIFACTS="$ROOT/test-artifacts"
+mkdir -p "$ARTIFACTS"
+rm -f "$ARTIFACTS"/junit-*.xml
+failed=()
+
+run_pytest() {  # name python test-path
+  local name=$1 python=$2 path=$3 rc=0
+  echo "=== [$name] pytest $path"
+  # shellcheck disable=SC2086
+  "$python" -m pytest "$path" -p no:cacheprovider --junitxml="$ARTIFACTS/junit-$name.xml" ${PYTEST_ARGS:-} || rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "=== [$name] FAILED: pytest collected no tests in $path (exit 5)" >&2
+    failed+=("$name (no tests)")
+  elif [ "$rc" -ne 0 ]; then
+    failed+=("$name")
+  fi
+}
+
+for target in "${targets[@]}"; do
+  if [ "$target" = root ]; then
+    echo "=== [root] syncing the full workspace environment (.venv)"
+    sync_env "$ROOT/.venv" --all-packages
+    run_pytest root "$ROOT/.venv/bin/python" tests
+  else
+    [ -d "packages/$target" ] || { echo "unknown package $target" >&2; exit 2; }
+    echo "=== [$target] syncing .venvs/$target (only $target and its dependencies)"
+    sync_env "$ROOT/.venvs/$target" --package "$target"
+    run_pytest "$target" "$ROOT/.venvs/$target/bin/python" "packages/$target/tests"
+  fi
+done
+
+python3 - "$ARTIFACTS" <<'PY'
+import glob, sys, xml.etree.ElementTree as ET
+tot = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+for f in sorted(glob.glob(f"{sys.argv[1]}/junit-*.xml")):
+    for suite in ET.parse(f).getroot().iter("testsuite"):
+        for k in tot:
+            tot[k] += int(suite.get(k, 0))
+passed = tot["tests"] - tot["failures"] - tot["errors"] - tot["skipped"]
+print(f"Total: {passed} passed, {tot['failures'] + tot['errors']} failed, {tot['skipped']} skipped")
+PY
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED: ${failed[*]}" >&2
+  exit 1
+fi

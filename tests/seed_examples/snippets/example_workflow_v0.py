@@ -1,0 +1,58 @@
+# Verbatim: "Full Code Example" of the OLDER developer guide (seeds/001_60f2c446e7beb97e.txt),
+# whose __init__ takes (model, task, auxiliary_models) and calls super() positionally.
+from typing import List
+
+from trinity.common.experience import Experience
+from trinity.common.models.model import ModelWrapper
+from trinity.common.workflows import Task, Workflow
+from trinity.common.workflows.workflow import WORKFLOWS
+
+# ---- verbatim from the guide ----
+@WORKFLOWS.register_module("example_workflow")
+class ExampleWorkflow(Workflow):
+
+    def __init__(self, model: ModelWrapper, task: Task, auxiliary_models: List):
+        super().__init__(model, task, auxiliary_models)
+        self.question = task.raw_task.get("question")
+        self.answer = task.raw_task.get("answer")
+        self.rollout_args = task.rollout_args
+
+    def calculate_reward(self, response: str, truth: str) -> float:
+        if response == truth:
+            return 1.0
+        else:
+            return 0.0
+
+    def run(self) -> List[Experience]:
+        # call the model to generate multiple responses
+        responses = self.model.chat(
+            [
+                {
+                    "role": "user",
+                    "content": f"Question:\n{self.question}",
+                }
+            ],
+            n=self.rollout_args.n,
+            temperature=self.rollout_args.temperature,
+        )
+        experiences = []
+        for response in responses:
+            # calulcate reward
+            reward: float = self.calculate_reward(response.response_text, self.answer)
+            # construct Experience
+            experiences.append(
+                Experience(
+                    tokens=response.tokens,
+                    prompt_length=response.prompt_length,
+                    reward=reward,
+                    logprobs=response.logprobs,
+                )
+            )
+        return experiences
+
+    def resettable(self):
+        return True
+
+    def reset(self, task: Task):
+        self.question = task.raw_task.get("question")
+        self.answer = task.raw_task.get("answer")
