@@ -100,3 +100,20 @@ def test_child_process_inherits_plugin_dirs(plugin_dir):
         check=True,
     ).stdout
     assert name in out and "42" in out
+
+
+def test_trinity_plugins_namespace_directory_is_loaded(tmp_path, monkeypatch):
+    """The guides' `trinity/plugins` directory: any `trinity/plugins` on the path is loaded."""
+    monkeypatch.delenv(PLUGIN_DIRS_ENV, raising=False)
+    name = f"ns_plugin_{uuid.uuid4().hex[:8]}"
+    plugins = tmp_path / "trinity" / "plugins"
+    plugins.mkdir(parents=True)
+    (plugins / f"{name}.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        loaded = load_plugins()
+        assert f"trinity.plugins.{name}" in loaded
+        assert sys.modules[f"trinity.plugins.{name}"].VALUE == 7
+    finally:
+        for mod in [m for m in sys.modules if m.startswith("trinity.plugins")]:
+            del sys.modules[mod]

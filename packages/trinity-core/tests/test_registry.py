@@ -167,3 +167,19 @@ def test_same_name_from_two_distributions_is_refused(tmp_path, monkeypatch):
     reg.refresh()
     with pytest.raises(DuplicateModuleError, match=r"dist_one.*dist_two|dist_two.*dist_one"):
         reg.get("dup")
+
+
+def test_trinity_rft_keyword_names_and_both_exception_families():
+    reg = _registry()
+
+    class A:
+        pass
+
+    reg.register_module(module_name="a", module_cls=A)
+    assert reg.get("a") is A
+    with pytest.raises(ValueError):
+        reg.get("b")
+    with pytest.raises(KeyError):
+        reg.get("b")
+    with pytest.raises(KeyError, match="already taken"):
+        reg.register_module("a", int)

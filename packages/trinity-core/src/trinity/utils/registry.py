@@ -38,10 +38,11 @@ class RegistryError(Exception):
     """Base class of registry errors."""
 
 
-class UnknownModuleError(RegistryError, KeyError):
+class UnknownModuleError(RegistryError, KeyError, ValueError):
     """Raised by :meth:`Registry.get` for a name nobody registered.
 
-    Subclasses ``KeyError`` so ``except KeyError`` keeps working, but prints as a sentence.
+    A ``KeyError`` (a failed lookup) and a ``ValueError`` (a bad name in a config) alike, so
+    either ``except`` works; prints as a sentence rather than a quoted key.
     """
 
     def __init__(self, registry: str, name: str, known: list[str]):
@@ -62,8 +63,11 @@ class UnknownModuleError(RegistryError, KeyError):
         return msg
 
 
-class DuplicateModuleError(RegistryError, ValueError):
+class DuplicateModuleError(RegistryError, ValueError, KeyError):
     """Raised when a name is registered twice with different objects."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return str(self.args[0]) if self.args else ""
 
 
 class EntryPointLoadError(RegistryError, ImportError):
@@ -102,30 +106,30 @@ class Registry(Generic[T]):
 
     # ------------------------------------------------------------------ registration
     @overload
-    def register_module(self, name: str) -> Callable[[T], T]: ...
+    def register_module(self, module_name: str) -> Callable[[T], T]: ...
 
     @overload
-    def register_module(self, name: str, module: T, force: bool = False) -> T: ...
+    def register_module(self, module_name: str, module_cls: T, force: bool = False) -> T: ...
 
-    def register_module(self, name: str, module: Any = None, force: bool = False) -> Any:
-        """Register ``module`` under ``name``; without ``module``, return a decorator.
+    def register_module(self, module_name: str, module_cls: Any = None, force: bool = False) -> Any:
+        """Register ``module_cls`` under ``module_name``; without ``module_cls``, return a decorator.
 
         Registering the very same object again is a no-op (a module imported twice through
         the same path); so is re-registering a class re-created by ``importlib.reload`` (same
         module and qualified name). Anything else under a taken name raises
         :class:`DuplicateModuleError` unless ``force=True``.
         """
-        if not isinstance(name, str) or not name:
+        if not isinstance(module_name, str) or not module_name:
             raise TypeError(
-                f"{self.name}.register_module needs a non-empty string name, got {name!r} "
-                f"(use @{self.name.upper()}.register_module('my_name'))"
+                f"{self.name}.register_module needs a non-empty string name, got "
+                f"{module_name!r} (use @{self.name.upper()}.register_module('my_name'))"
             )
-        if module is not None:
-            self._register(name, module, force)
-            return module
+        if module_cls is not None:
+            self._register(module_name, module_cls, force)
+            return module_cls
 
         def decorator(obj: T) -> T:
-            self._register(name, obj, force)
+            self._register(module_name, obj, force)
             return obj
 
         return decorator
