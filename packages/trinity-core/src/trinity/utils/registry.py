@@ -219,6 +219,21 @@ class Registry(Generic[T]):
                     return module
         return None
 
+    def module_getattr(self, module_name: str, attr: str) -> Any:
+        """Implement a module's ``__getattr__`` that resolves class names through this registry.
+
+        ``trinity.common.workflows`` uses it so ``from trinity.common.workflows import
+        MathWorkflow`` (the guides' path) works when the class ships in another distribution.
+        """
+        if not attr.startswith("_") and attr[:1].isupper():
+            found = self.find_by_attr(attr)
+            if found is not None:
+                return found
+        raise AttributeError(
+            f"module {module_name!r} has no attribute {attr!r} "
+            f"(installed {self.name}: {', '.join(self.list()) or 'none'})"
+        )
+
     def refresh(self) -> None:
         """Re-read installed entry points (after installing a package in a running process)."""
         with self._lock:

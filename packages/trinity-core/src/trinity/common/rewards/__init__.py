@@ -13,11 +13,4 @@ __all__ = ["REWARD_FUNCTIONS", "RewardFn"]
 
 
 def __getattr__(name: str) -> Any:
-    if not name.startswith("_") and name[:1].isupper():
-        found = REWARD_FUNCTIONS.find_by_attr(name)
-        if found is not None:
-            return found
-    raise AttributeError(
-        f"module {__name__!r} has no attribute {name!r} "
-        f"(installed reward functions: {', '.join(REWARD_FUNCTIONS.list()) or 'none'})"
-    )
+    return REWARD_FUNCTIONS.module_getattr(__name__, name)

@@ -20,12 +20,4 @@ __all__ = ["WORKFLOWS", "MultiTurnWorkflow", "Task", "Workflow", "run_task", "ru
 
 
 def __getattr__(name: str) -> Any:
-    if not name.startswith("_") and name[:1].isupper():
-        found = WORKFLOWS.find_by_attr(name)
-        if found is not None:
-            return found
-    raise AttributeError(
-        f"module {__name__!r} has no attribute {name!r} "
-        f"(installed workflows: {', '.join(WORKFLOWS.list()) or 'none'}; "
-        "built-in ones come with the trinity-workflows package)"
-    )
+    return WORKFLOWS.module_getattr(__name__, name)
