@@ -136,3 +136,30 @@ def test_guide_yaml_selects_the_workflow_by_name(load_snippet, tmp_path, monkeyp
         )
         rewards += [e.reward for e in run_task(task, model)]
     assert rewards == [1.0, 0.0]
+
+
+def test_example_workflow_with_a_duck_typed_model(load_snippet):
+    """Any object with the guide's `chat` contract drives the guide's workflow."""
+    load_snippet("example_workflow_full")
+
+    class Response:
+        def __init__(self, text):
+            self.response_text = text
+            self.tokens = torch.tensor([7, 8, 9])
+            self.prompt_length = 2
+            self.logprobs = torch.tensor([-0.5])
+
+    class PlainModel:
+        def chat(self, messages, n=1, temperature=1.0):
+            return [Response("2") for _ in range(n)]
+
+    task = Task(
+        workflow="example_workflow",
+        raw_task={"question": "1+1=", "answer": "2"},
+        rollout_args=GenerationConfig(n=2),
+        repeat_times=2,
+    )
+    exps = run_task(task, PlainModel())
+    assert [e.reward for e in exps] == [1.0] * 4
+    assert [e.eid.run for e in exps] == [0, 0, 1, 1]
+    assert all(e.model_version is None for e in exps)

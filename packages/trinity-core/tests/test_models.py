@@ -45,9 +45,15 @@ class MinimalEngine(ModelWrapper):
         return torch.full((len(tokens) - 1,), -1.0 / temperature)
 
 
-def test_abstract_class_refuses_instantiation_without_core_hooks():
-    with pytest.raises(TypeError):
-        ModelWrapper(model_path="m")  # type: ignore[abstract]
+def test_wrapper_implementing_nothing_is_refused_and_missing_operations_are_named():
+    with pytest.raises(TypeError, match="implement at least one of"):
+        ModelWrapper(model_path="m")
+
+    class Nothing(ModelWrapper):
+        pass
+
+    with pytest.raises(TypeError, match="implement at least one of"):
+        Nothing(model_path="m")
 
     class NoLogprobs(ModelWrapper):
         async def _chat(self, messages, **kwargs):
@@ -56,8 +62,8 @@ def test_abstract_class_refuses_instantiation_without_core_hooks():
         async def _generate(self, prompt, **kwargs):
             return []
 
-    with pytest.raises(TypeError, match="_logprobs"):
-        NoLogprobs(model_path="m")  # type: ignore[abstract]
+    with pytest.raises(NotImplementedError, match="_logprobs"):
+        NoLogprobs(model_path="m").logprobs([1, 2, 3])
 
     m = MinimalEngine(model_path="some/model", temperature=0.5)
     assert m.model_path == m.model_name == "some/model"
@@ -461,3 +467,25 @@ def test_tokenizer_round_trip():
         [{"name": "f", "arguments": {"a": 1}}],
     )
     assert parse_tool_calls("plain") == ("plain", [])
+
+
+def test_guide_style_subclass_overriding_only_sync_chat_works_everywhere():
+    """A user's own double, written from the guide: only `chat`, no super().__init__()."""
+
+    class Canned(ModelWrapper):
+        def __init__(self, reply):
+            self.reply = reply
+
+        def chat(self, messages, **kwargs):
+            return [
+                Experience(tokens=[1, 2, 3, 4], prompt_length=2, response_text=self.reply)
+                for _ in range(kwargs.get("n", 1))
+            ]
+
+    model = Canned("ok")
+    assert model.model_version == 0 and model.enable_history is False
+    assert [e.response_text for e in model.chat(Q, n=2)] == ["ok", "ok"]
+    out = asyncio.run(model.chat_async(Q, n=3))  # async twin served by the sync override
+    assert [e.response_text for e in out] == ["ok"] * 3
+    with pytest.raises(NotImplementedError, match="does not implement generate"):
+        model.generate(["p"])

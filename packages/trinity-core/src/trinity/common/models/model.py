@@ -20,7 +20,6 @@ import asyncio
 import copy
 import logging
 import threading
-from abc import ABC, abstractmethod
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, TypeVar, Union
 
@@ -161,7 +160,18 @@ def experiences_from_chat_completion(response: Any, model_version: int = 0) -> L
 
 
 # --------------------------------------------------------------------------- the contract
-class ModelWrapper(ABC):
+_OPERATIONS = {
+    "chat": ("_chat", "chat_async", "chat"),
+    "generate": ("_generate", "generate_async", "generate"),
+    "logprobs": ("_logprobs", "logprobs_async", "logprobs"),
+}
+
+
+def _overrides(cls: type, name: str) -> bool:
+    return getattr(cls, name, None) is not getattr(ModelWrapper, name, None)
+
+
+class ModelWrapper:
     """The rollout model as workflows see it.
 
     Public API (every call has an ``*_async`` twin; the sync one works with or without a
@@ -177,7 +187,10 @@ class ModelWrapper(ABC):
       with ``enable_history`` their chat completions are recorded as Experiences.
     * :attr:`model_version`, :attr:`model_path`, :attr:`model_name`, history helpers.
 
-    Subclasses (engines) implement:
+    Engines implement the three async hooks below; a simple subclass (a test double written
+    from the guide) may instead override just the public ``chat`` / ``chat_async`` (and
+    likewise ``generate``, ``logprobs``): every level falls back to the others. A subclass that
+    implements none of them cannot be instantiated. The hooks:
 
     * ``async _chat(messages, **kwargs) -> Sequence[Experience]`` — ``n`` samples for one
       conversation (apply the chat template with a generation prompt, then sample);
@@ -193,6 +206,31 @@ class ModelWrapper(ABC):
     The hooks receive already validated keyword arguments merged over the wrapper's
     defaults (``None`` values mean "use the default" and are dropped before merging).
     """
+
+    # Class-level defaults, so a small subclass that skips ``super().__init__()`` (a test double
+    # written from the guide, implementing only ``chat``) still has a working wrapper.
+    _model_path: str = "unknown-model"
+    _model_name: str = "unknown-model"
+    enable_history: bool = False
+    api_address: Optional[str] = None
+    _api_key: str = "EMPTY"
+    max_prompt_tokens: Optional[int] = None
+    max_model_len: Optional[int] = None
+    _model_version: int = 0
+    _openai_client: Optional[openai.OpenAI] = None
+    _openai_async_client: Optional[openai.AsyncOpenAI] = None
+    default_generation_kwargs: Dict[str, Any] = {"n": 1}
+    logger: logging.Logger = logger
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ModelWrapper:
+        # Refuse a wrapper that can do nothing, like an ABC would, but accept an implementation
+        # at any level (engine hook, async or sync public method) of any operation.
+        if not any(_overrides(cls, name) for names in _OPERATIONS.values() for name in names):
+            raise TypeError(
+                f"Can't instantiate {cls.__name__}: implement at least one of "
+                + ", ".join(n for names in _OPERATIONS.values() for n in names)
+            )
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -256,17 +294,26 @@ class ModelWrapper(ABC):
         self.logger: logging.Logger = get_logger(__name__)
 
     # ------------------------------------------------------------------ engine hooks
-    @abstractmethod
     async def _chat(self, messages: List[Dict[str, Any]], **kwargs: Any) -> Sequence[Experience]:
         """Sample ``kwargs['n']`` responses to ``messages`` (engine hook)."""
+        return await self._fallback_to_sync("chat", messages, **kwargs)
 
-    @abstractmethod
     async def _generate(self, prompt: str, **kwargs: Any) -> Sequence[Experience]:
         """Sample ``kwargs['n']`` responses to one raw text ``prompt`` (engine hook)."""
+        return await self._fallback_to_sync("generate", [prompt], **kwargs)
 
-    @abstractmethod
     async def _logprobs(self, tokens: List[int], temperature: float) -> Tensor:
         """Return float32 logprobs of ``tokens[1:]``, shape ``[len(tokens) - 1]`` (engine hook)."""
+        return await self._fallback_to_sync("logprobs", tokens, temperature=temperature)
+
+    async def _fallback_to_sync(self, operation: str, *args: Any, **kwargs: Any) -> Any:
+        """Serve a hook from a sync public method that a simple subclass overrode instead."""
+        if _overrides(type(self), operation):
+            return await asyncio.to_thread(getattr(self, operation), *args, **kwargs)
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement {operation}: override the engine hook "
+            f"_{operation} (or {operation}_async / {operation})"
+        )
 
     def _apply_chat_template(
         self,

@@ -311,7 +311,8 @@ async def run_task_async(
             for exp in run_exps:
                 exp.eid.run = run_id
             experiences.extend(run_exps)
-    version = model.model_version
+    # duck-typed models (anything with chat()) work too; they just report no version
+    version = getattr(model, "model_version", None)
     for exp in experiences:
         exp.eid.batch = task.batch_id
         exp.eid.task = task.task_id
