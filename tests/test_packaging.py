@@ -150,3 +150,38 @@ def test_core_and_algorithms_install_alone_into_a_fresh_environment(dist_dir, tm
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['trinity-algorithms', 'trinity-core']"
+
+    # Every registered component computes there: the package's own tests, run against the
+    # installed wheels (verl, the parity reference, is deliberately absent).
+    subprocess.run(
+        [uv, "pip", "install", "--quiet", "--python", python, "pytest"], check=True, env=env
+    )
+    tests = ROOT / "packages" / "trinity-algorithms" / "tests"
+    run = subprocess.run(
+        [
+            python,
+            "-m",
+            "pytest",
+            str(tests),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--ignore-glob=*verl_parity*",
+            "-x",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout
+    where = subprocess.run(
+        [python, "-c", "import trinity.algorithm as a; print(a.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    assert str(venv) in where, f"tests must exercise the installed wheel, not the source: {where}"

@@ -105,3 +105,25 @@ def test_run_level_checks_apply(tmp_path):
     out = _run(str(BIN / "trinity-launch"), str(cfg))
     assert out.returncode == 2, out.stdout
     assert "checkpoint_root_dir" in out.stderr
+
+
+def test_algorithm_defaults_and_unknown_components(valid_config, tmp_path):
+    text = valid_config.read_text().replace("repeat_times: 4", "policy_loss_fn: ppoo")
+    bad = tmp_path / "bad_algo.yaml"
+    bad.write_text(text)
+    out = _run(str(BIN / "trinity-launch"), str(bad))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "algorithm.policy_loss_fn" in out.stderr and "Did you mean 'ppo'" in out.stderr
+    ok = tmp_path / "ok_algo.yaml"
+    ok.write_text(valid_config.read_text().replace("  repeat_times: 4\n", ""))
+    out = _run(str(BIN / "trinity-launch"), str(ok))
+    assert out.returncode == 0, out.stderr
+    assert "algorithm: grpo (repeat_times=2)" in out.stdout  # GRPO's own default
+
+
+def test_type_level_checks_refuse_sft_in_mode_both(valid_config, tmp_path):
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text(valid_config.read_text().replace("algorithm_type: grpo", "algorithm_type: sft"))
+    out = _run(str(BIN / "trinity-launch"), str(cfg))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "sft" in out.stderr.lower()

@@ -13,8 +13,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from trinity.algorithm import ALGORITHM_TYPE, apply_algorithm_defaults
 from trinity.common.config import Config, ConfigError, load_config
 from trinity.utils.plugin_loader import PluginLoadError, load_plugins
+from trinity.utils.registry import RegistryError
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -48,15 +50,30 @@ def _summary(config: Config) -> str:
     return "\n".join(lines)
 
 
+def prepare_config(config_path: str, plugin_dirs: Sequence[str] = ()) -> tuple[Config, list[str]]:
+    """Load plugins and the config, fill the algorithm type's defaults, run every check.
+
+    Returns the ready config and the warnings of the algorithm type's own checks.
+    """
+    load_plugins(plugin_dirs or None)
+    config = apply_algorithm_defaults(load_config(config_path))
+    config.check_and_update()
+    warnings = ALGORITHM_TYPE.get(config.algorithm.algorithm_type).check_config(config) or []
+    return config, list(warnings)
+
+
 def _validate(config_path: str, plugin_dirs: Sequence[str]) -> int:
     try:
-        load_plugins(plugin_dirs or None)
-        config = load_config(config_path)
-        config.check_and_update()
+        config, warnings = prepare_config(config_path, plugin_dirs)
     except (ConfigError, PluginLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (RegistryError, ValueError) as exc:  # unknown component names, type-level checks
+        print(f"error: {config_path}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(_summary(config))
+    for warning in warnings:
+        print(f"  warning:   {warning}")
     print(
         "Validated only: this trinity-launcher release has no explorer or trainer yet, "
         "so nothing was run."

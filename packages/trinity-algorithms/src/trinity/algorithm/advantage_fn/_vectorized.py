@@ -1,0 +1,237 @@
+"""Glue between :class:`Experience` lists / :class:`Experiences` batches and the tensor math.
+
+Private to ``advantage_fn``: reading and validating rewards, numbering groups, writing the
+per-sequence advantage back onto each experience, and :class:`VectorizedGroupAdvantage`, the
+base of the built-in group-relative advantages. Its ``__call__`` computes every group of an
+explore step with one sequence of tensor ops (``functional``); the per-group
+:meth:`~trinity.algorithm.advantage_fn.GroupAdvantage.calculate_group_advantage` of each
+subclass stays as the readable reference (and the path user subclasses extend), and the tests
+check that both give the same numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+
+from trinity.algorithm.advantage_fn.advantage_fn import GroupAdvantage
+from trinity.algorithm.advantage_fn.functional import (
+    GroupStats,
+    as_group_index,
+    broadcast_to_tokens,
+    check_finite,
+)
+from trinity.common.experience import Experience, Experiences, group_by
+
+__all__ = [
+    "VectorizedGroupAdvantage",
+    "batch_outcome_scores",
+    "duplicate_experience",
+    "experience_rewards",
+    "group_keys",
+    "write_outcome_advantages",
+]
+
+#: dtype of the reward vectors built from ``Experience.reward`` (Python floats): float64 keeps
+#: the per-group and the vectorized paths bit-compatible; advantages are written as float32.
+REWARD_DTYPE = torch.float64
+ADV_DTYPE = torch.float32
+
+
+def experience_rewards(exps: Sequence[Experience], algorithm: str) -> Tensor:
+    """``[B]`` float64 tensor of ``exp.reward``; a ``None``, NaN or inf reward raises.
+
+    The error names the experience id, so the user can find the workflow / reward function
+    that produced it.
+    """
+    values = [e.reward for e in exps]
+    try:
+        rewards = torch.tensor(values, dtype=REWARD_DTYPE)
+    except (TypeError, RuntimeError):
+        row = next(i for i, v in enumerate(values) if v is None)
+        raise ValueError(
+            f"experience {exps[row].eid} has reward None; the {algorithm!r} advantage needs a "
+            "scalar reward on every experience (set Experience.reward in the workflow or "
+            "reward function)"
+        ) from None
+    check_finite(rewards, [e.eid for e in exps])
+    return rewards
+
+
+def group_keys(exps: Sequence[Experience], id_type: str = "task") -> list[str]:
+    """The :func:`~trinity.common.experience.group_by` key of each experience."""
+    if id_type == "task":
+        return [e.eid.tid for e in exps]
+    if id_type == "run":
+        return [e.eid.rid for e in exps]
+    if id_type == "step":
+        return [e.eid.sid for e in exps]
+    if id_type == "batch":
+        return [str(e.eid.batch) for e in exps]
+    raise ValueError(f"unknown group id type {id_type!r}")
+
+
+def _action_mask(exp: Experience) -> Tensor:
+    if exp.action_mask is None:
+        raise ValueError(
+            f"experience {exp.eid} has no action_mask; outcome advantages are written as "
+            "score * action_mask"
+        )
+    return exp.action_mask
+
+
+def write_outcome_advantages(exps: Sequence[Experience], scalars: Tensor) -> None:
+    """Set ``exp.advantages = scalar * exp.action_mask`` and ``exp.returns`` (a copy) on each.
+
+    One multiply over the concatenated masks instead of one small tensor op per experience; the
+    per-experience tensors are disjoint views of two flat buffers (serialization copies views,
+    see ``Experience.serialize``).
+
+    Args:
+        exps: ``B`` experiences.
+        scalars: ``[B]`` advantage per experience.
+    """
+    if not exps:
+        return
+    masks = [_action_mask(e) for e in exps]
+    lengths = [m.shape[0] for m in masks]
+    flat_mask = torch.cat(masks).to(ADV_DTYPE)
+    reps = torch.repeat_interleave(
+        scalars.to(ADV_DTYPE), torch.tensor(lengths, dtype=torch.long), output_size=len(flat_mask)
+    )
+    adv = reps * flat_mask
+    ret = adv.clone()
+    for exp, a, r in zip(exps, adv.split(lengths), ret.split(lengths), strict=True):
+        exp.advantages = a
+        exp.returns = r
+
+
+def duplicate_experience(exp: Experience) -> Experience:
+    """Deep copy of ``exp`` whose advantages / returns own their memory (they are views of a
+    step-wide buffer, which a plain deepcopy would copy whole)."""
+    memo: dict[int, Any] = {}
+    for name in ("advantages", "returns"):
+        t = getattr(exp, name)
+        if t is not None:
+            memo[id(t)] = t.clone()
+    return copy.deepcopy(exp, memo)
+
+
+def batch_outcome_scores(batch: Experiences) -> Tensor:
+    """``[B]`` outcome score of each row of a collated batch.
+
+    ``token_level_rewards.sum(-1)`` when the trainer set token-level rewards (verl's input,
+    KL penalty included), else ``rewards``. Non-finite values raise, naming the row's eid.
+    """
+    if batch.token_level_rewards is not None:
+        tlr = batch.token_level_rewards
+        check_finite(tlr, batch.eids, what="token-level reward")
+        return tlr.sum(dim=-1)
+    if batch.rewards is None:
+        raise ValueError("the batch has neither token_level_rewards nor rewards")
+    check_finite(batch.rewards, batch.eids)
+    return batch.rewards
+
+
+class VectorizedGroupAdvantage(GroupAdvantage):
+    """A :class:`GroupAdvantage` whose ``__call__`` scores all groups at once.
+
+    Subclasses implement :meth:`vector_advantages` on tensors (``rewards [B]``,
+    ``group_index [B]``) and keep :meth:`calculate_group_advantage` as the per-group
+    reference. ``__call__`` accepts:
+
+    * a list of :class:`Experience` (the experience pipeline): validates rewards, computes the
+      advantages, writes ``advantages`` / ``returns`` on each experience and returns them
+      grouped in :func:`~trinity.common.experience.group_by` order (the order the per-group
+      path produces), without the experiences of skipped groups;
+    * a collated :class:`Experiences` batch (when an algorithm computes advantages in the
+      trainer): sets ``batch.advantages`` / ``batch.returns`` ``[B, R]``; skipped groups get
+      advantage 0 since rows cannot be dropped there.
+
+    ``zero_singletons`` (class attribute, settable through the config's
+    ``advantage_fn_args``): a task with a single experience keeps Trinity-RFT / verl's value
+    (baseline 0; default ``False``), or gets advantage 0 with ``True``.
+    """
+
+    group_id_type: str = "task"
+    zero_singletons: bool = False
+    algorithm_name: str = "group"
+
+    def group_experiences(self, exps: list[Experience]) -> dict[str, list[Experience]]:
+        return group_by(exps, id_type=self.group_id_type)  # type: ignore[arg-type]
+
+    @abstractmethod
+    def vector_advantages(
+        self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]
+    ) -> tuple[Tensor, Optional[Tensor], dict[str, float]]:
+        """Advantages of all groups at once.
+
+        Args:
+            rewards: ``[B]`` float64 rewards.
+            group_index: ``[B]`` long group ids ``0 .. G-1`` in first-appearance order.
+            num_groups: ``G``.
+            exps: the experiences (for fields besides the reward, e.g. logprobs), or None in
+                the batch path.
+
+        Returns:
+            ``(advantages [B], keep [B] bool or None, metrics)``.
+        """
+
+    def __call__(  # type: ignore[override]
+        self, exps: Union[list[Experience], Experiences], **kwargs: Any
+    ) -> tuple[Union[list[Experience], Experiences], dict]:
+        if isinstance(exps, Experiences):
+            return self._call_batch(exps)
+        exps = list(exps)
+        if not exps:
+            return [], {}
+        rewards = experience_rewards(exps, self.algorithm_name)
+        group_index, num_groups = as_group_index(group_keys(exps, self.group_id_type))
+        with torch.no_grad():
+            adv, keep, metrics = self.vector_advantages(rewards, group_index, num_groups, exps)
+        write_outcome_advantages(exps, adv)
+        order = torch.argsort(group_index, stable=True)
+        if keep is not None:
+            order = order[keep[order]]
+        out = [exps[i] for i in order.tolist()]
+        out = self._post_filter(out, group_index, keep, exps)
+        return out, {k: float(v) for k, v in metrics.items()}
+
+    def _post_filter(
+        self,
+        out: list[Experience],
+        group_index: Tensor,
+        keep: Optional[Tensor],
+        exps: list[Experience],
+    ) -> list[Experience]:
+        """Hook to adjust the output list (e.g. duplicate groups to refill skipped ones)."""
+        return out
+
+    def _call_batch(self, batch: Experiences) -> tuple[Experiences, dict]:
+        scores = batch_outcome_scores(batch).to(REWARD_DTYPE)
+        keys = [e.tid if self.group_id_type == "task" else e.rid for e in batch.eids]
+        group_index, num_groups = as_group_index(keys, device=scores.device)
+        with torch.no_grad():
+            adv, keep, metrics = self.vector_advantages(scores, group_index, num_groups, None)
+            if keep is not None:
+                adv = torch.where(keep, adv, torch.zeros_like(adv))
+            tokens = broadcast_to_tokens(adv.to(ADV_DTYPE), batch.action_mask)
+        batch.advantages = tokens
+        batch.returns = tokens.clone()
+        return batch, {k: float(v) for k, v in metrics.items()}
+
+    @staticmethod
+    def group_metric_means(stats: GroupStats) -> dict[str, float]:
+        """Mean over groups of each group's reward mean and std (what averaging the
+        per-group path's metrics gives)."""
+        if stats.count.numel() == 0:
+            return {}
+        return {
+            "reward_mean": float(stats.mean.mean()),
+            "reward_std": float(stats.std.mean()),
+        }

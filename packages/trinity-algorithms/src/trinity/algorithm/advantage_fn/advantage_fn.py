@@ -1,0 +1,83 @@
+"""Advantage functions: :class:`AdvantageFn`, :class:`GroupAdvantage`, ``ADVANTAGE_FN``.
+
+Two places compute advantages:
+
+* in the experience pipeline, before the trainer (``compute_in_trainer() -> False``): the function
+  receives the list of :class:`~trinity.common.experience.Experience` of one explore step and
+  sets ``advantages`` / ``returns`` on each (group-based methods: GRPO, OPMD, RLOO ...);
+* in the trainer (``compute_in_trainer() -> True``): the function receives the collated batch
+  (:class:`~trinity.common.experience.Experiences`, with critic ``values`` where used) and returns
+  it with ``advantages`` / ``returns`` ``[batch, response_len]`` (GAE for PPO).
+
+The math lives in pure tensor functions (``trinity.algorithm.advantage_fn.functional``); the
+classes only group, call them, and write results back.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from trinity.common.experience import Experience
+from trinity.utils.registry import Registry
+
+__all__ = ["ADVANTAGE_FN", "AdvantageFn", "GroupAdvantage"]
+
+ADVANTAGE_FN: Registry[type[AdvantageFn]] = Registry("advantage_fn")
+
+
+class AdvantageFn(ABC):
+    """Base class of advantage functions."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+
+    @abstractmethod
+    def __call__(self, exps: Any, **kwargs: Any) -> tuple[Any, dict]:
+        """Compute advantages and returns; return the input with them set, and metrics."""
+
+    @classmethod
+    def default_args(cls) -> dict:
+        """Initialization arguments used where the config gives none."""
+        return {}
+
+    @classmethod
+    def compute_in_trainer(cls) -> bool:
+        """Whether the trainer computes these advantages (on the collated batch)."""
+        return True
+
+
+class GroupAdvantage(AdvantageFn):
+    """Advantages computed per group of experiences (e.g. the runs of one task).
+
+    Subclasses say how to group (:meth:`group_experiences`) and how to score one group
+    (:meth:`calculate_group_advantage`); ``__call__`` does the rest and averages the groups'
+    metrics. Built-ins override ``__call__`` with a vectorized path over all groups at once.
+    """
+
+    @abstractmethod
+    def group_experiences(self, exps: list[Experience]) -> dict[str, list[Experience]]:
+        """Split one step's experiences into groups keyed by a group id."""
+
+    @abstractmethod
+    def calculate_group_advantage(
+        self, group_id: str, exps: list[Experience]
+    ) -> tuple[list[Experience], dict]:
+        """Set ``advantages`` / ``returns`` on the experiences of one group; return metrics."""
+
+    def __call__(self, exps: list[Experience], **kwargs: Any) -> tuple[list[Experience], dict]:
+        out: list[Experience] = []
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for group_id, group in self.group_experiences(exps).items():
+            done, metrics = self.calculate_group_advantage(group_id, group)
+            out.extend(done)
+            for key, value in (metrics or {}).items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+                counts[key] = counts.get(key, 0) + 1
+        return out, {key: sums[key] / counts[key] for key in sums}
+
+    @classmethod
+    def compute_in_trainer(cls) -> bool:
+        return False

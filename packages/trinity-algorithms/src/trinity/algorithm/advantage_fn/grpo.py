@@ -1,0 +1,205 @@
+"""GRPO advantage (``"grpo"``): each run's reward standardized within its task's group.
+
+``A_i = (r_i - mean_g) / (std_g + epsilon)`` broadcast over the response's action mask
+(https://arxiv.org/abs/2402.03300), computed in the experience pipeline before the trainer.
+Numerically verl's ``compute_grpo_outcome_advantage`` (tested), with Trinity-RFT's options.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from trinity.algorithm.advantage_fn._vectorized import (
+    REWARD_DTYPE,
+    VectorizedGroupAdvantage,
+    duplicate_experience,
+    experience_rewards,
+)
+from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
+from trinity.algorithm.advantage_fn.functional import group_stats, grpo_advantages
+from trinity.common.experience import Experience
+
+__all__ = ["GRPOGroupedAdvantage"]
+
+_STD_LEVELS = ("group", "batch", "none")
+
+
+@ADVANTAGE_FN.register_module("grpo")
+class GRPOGroupedAdvantage(VectorizedGroupAdvantage):
+    """GRPO group advantage.
+
+    Args:
+        epsilon: added to the std (no division by zero for constant groups).
+        std_threshold: if set, groups whose reward std is ``<=`` it (and one-member groups) are
+            dropped from the step: they carry no learning signal (Polaris / DAPO-style filter).
+        duplicate_experiences: with ``std_threshold``, refill the step to its original number
+            of groups by duplicating random kept groups.
+        rank_penalty: if set, rewards are scaled by ``1 - rank / n * rank_penalty`` where
+            ``rank`` orders the group by mean old log-prob (https://arxiv.org/pdf/2506.02355).
+        std_cal_level: ``"group"`` (std per group), ``"batch"`` (mean per group, std over the
+            whole step, https://arxiv.org/pdf/2508.08221) or ``"none"`` (no std division, as
+            Dr. GRPO; Trinity-RFT's step-wise GRPO name for it).
+        norm_adv_by_std_in_grpo: verl's switch; ``False`` is ``std_cal_level="none"``.
+
+    One-member groups keep verl's value, ``reward / (1 + epsilon)`` (``zero_singletons=True``
+    gives 0); constant groups get exactly 0.
+    """
+
+    algorithm_name = "grpo"
+
+    def __init__(
+        self,
+        epsilon: float = 1e-6,
+        std_threshold: Optional[float] = None,
+        duplicate_experiences: bool = False,
+        rank_penalty: Optional[float] = None,
+        std_cal_level: str = "group",
+        norm_adv_by_std_in_grpo: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if std_cal_level not in _STD_LEVELS:
+            raise ValueError(f"std_cal_level must be one of {_STD_LEVELS}, got {std_cal_level!r}")
+        self.epsilon = float(epsilon)
+        self.std_threshold = std_threshold
+        self.duplicate_experiences = duplicate_experiences
+        self.rank_penalty = rank_penalty
+        self.std_cal_level = std_cal_level if norm_adv_by_std_in_grpo else "none"
+
+    # ---------------------------------------------------------------- per-group reference
+    def calculate_group_advantage(
+        self,
+        group_id: str,
+        exps: list[Experience],
+        precomputed_std: Optional[Tensor] = None,
+    ) -> tuple[list[Experience], dict]:
+        """One group, written plainly (Trinity-RFT's algorithm); same numbers as ``__call__``.
+
+        Returns the group's experiences (empty if skipped) and its ``reward_mean`` /
+        ``reward_std`` (plus ``skipped_count`` when skipped).
+        """
+        metrics: dict[str, float] = {}
+        with torch.no_grad():
+            rewards = experience_rewards(exps, self.algorithm_name)
+            n = len(exps)
+            if n > 1 and self.rank_penalty is not None:
+                lp = torch.tensor([float(_mean_logprob(e)) for e in exps], dtype=REWARD_DTYPE)
+                ranks = (
+                    torch.argsort(torch.argsort(lp, stable=True), stable=True).to(REWARD_DTYPE) / n
+                )
+                rewards = rewards * (1 - ranks * self.rank_penalty)
+            mean = rewards.mean()
+            std = rewards.std() if n > 1 else torch.tensor(0.0, dtype=REWARD_DTYPE)
+            skip = self.std_threshold is not None and (n == 1 or bool(std <= self.std_threshold))
+            metrics["reward_mean"] = float(mean)
+            metrics["reward_std"] = float(std)
+            if skip:
+                metrics["skipped_count"] = float(n)
+                return [], metrics
+            if n == 1 and self.zero_singletons:
+                scores = torch.zeros(1, dtype=REWARD_DTYPE)
+            else:
+                if n == 1:
+                    mean, std = (
+                        torch.zeros((), dtype=REWARD_DTYPE),
+                        torch.ones((), dtype=REWARD_DTYPE),
+                    )
+                constant = n > 1 and bool(rewards.max() == rewards.min())
+                scores = torch.zeros_like(rewards) if constant else rewards - mean
+                if self.std_cal_level == "batch" and precomputed_std is not None:
+                    scores = scores / (precomputed_std.to(REWARD_DTYPE) + self.epsilon)
+                elif self.std_cal_level != "none":
+                    scores = scores / (std + self.epsilon)
+            for exp, score in zip(exps, scores.float(), strict=True):
+                exp.advantages = score * exp.action_mask
+                exp.returns = exp.advantages.clone()
+        return exps, metrics
+
+    # ---------------------------------------------------------------- vectorized path
+    def vector_advantages(
+        self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]
+    ) -> tuple[Tensor, Optional[Tensor], dict[str, float]]:
+        batch_std = None
+        if self.std_cal_level == "batch":
+            batch_std = rewards.std() if rewards.numel() > 1 else torch.tensor(1.0)
+        if self.rank_penalty is not None and exps is not None:
+            rewards = rewards * (1 - self._group_ranks(exps, group_index) * self.rank_penalty)
+        stats = group_stats(rewards, group_index, num_groups)
+        adv = grpo_advantages(
+            rewards,
+            group_index,
+            epsilon=self.epsilon,
+            norm_by_std=self.std_cal_level != "none",
+            batch_std=batch_std,
+            zero_singletons=self.zero_singletons,
+            stats=stats,
+        )
+        metrics = self.group_metric_means(stats)
+        keep = None
+        skipped_groups = torch.zeros(num_groups, dtype=torch.bool)
+        if self.std_threshold is not None:
+            skipped_groups = (stats.count == 1) | (stats.std <= self.std_threshold)
+            keep = ~skipped_groups[group_index]
+        metrics["filtered_count"] = float((~keep).sum()) if keep is not None else 0.0
+        metrics["skipped_group_ratio"] = float(skipped_groups.float().mean()) if num_groups else 0.0
+        return adv, keep, metrics
+
+    def _group_ranks(self, exps: list[Experience], group_index: Tensor) -> Tensor:
+        """``rank / n`` of each experience's mean old log-prob within its group (ascending).
+
+        Lexicographic sort by (group, log-prob) with two stable argsorts; the rank is the
+        position in the sorted order minus the group's start.
+        """
+        lp = torch.tensor([float(_mean_logprob(e)) for e in exps], dtype=REWARD_DTYPE)
+        by_lp = torch.argsort(lp, stable=True)
+        order = by_lp[torch.argsort(group_index[by_lp], stable=True)]
+        counts = torch.bincount(group_index)
+        starts = torch.cumsum(counts, 0) - counts
+        ranks = torch.empty_like(group_index)
+        ranks[order] = torch.arange(len(exps)) - starts[group_index[order]]
+        n = counts[group_index].to(REWARD_DTYPE)
+        # one-member groups are not rank-penalized (rank 0)
+        return ranks.to(REWARD_DTYPE) / n
+
+    def _post_filter(
+        self,
+        out: list[Experience],
+        group_index: Tensor,
+        keep: Optional[Tensor],
+        exps: list[Experience],
+    ) -> list[Experience]:
+        if not self.duplicate_experiences or self.std_threshold is None or keep is None:
+            return out
+        kept_groups: dict[int, list[Experience]] = {}
+        for i in torch.nonzero(keep).flatten().tolist():
+            kept_groups.setdefault(int(group_index[i]), []).append(exps[i])
+        n_groups = int(group_index.max()) + 1
+        missing = n_groups - len(kept_groups)
+        if missing == 0 or not kept_groups:
+            return out
+        valid = list(kept_groups.values())
+        for _ in range(missing):
+            out.extend(duplicate_experience(e) for e in random.choice(valid))
+        return out
+
+    @classmethod
+    def default_args(cls) -> dict:
+        return {
+            "epsilon": 1e-6,
+            "std_threshold": None,
+            "duplicate_experiences": False,
+            "rank_penalty": None,
+            "std_cal_level": "group",
+        }
+
+
+def _mean_logprob(exp: Experience) -> Tensor:
+    if exp.logprobs is None:
+        raise ValueError(f"experience {exp.eid} has no logprobs; GRPO rank_penalty needs them")
+    if exp.logprobs.numel() == 0:
+        return torch.tensor(0.0)
+    return exp.logprobs.float().mean()

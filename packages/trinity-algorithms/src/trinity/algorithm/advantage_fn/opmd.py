@@ -1,0 +1,93 @@
+"""OPMD advantage (``"opmd"``): reward minus a group baseline (mean or soft-max).
+
+Online Policy Mirror Descent (Trinity-RFT's algorithm guide uses it as the example of a
+:class:`~trinity.algorithm.advantage_fn.GroupAdvantage`): ``A_i = r_i - b_g`` where ``b_g`` is
+the group's mean reward, or ``tau * log(mean(exp(r / tau)))`` (``"logavgexp"``), the baseline
+of the KL-regularized objective with temperature ``tau``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from trinity.algorithm.advantage_fn._vectorized import (
+    REWARD_DTYPE,
+    VectorizedGroupAdvantage,
+    experience_rewards,
+)
+from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
+from trinity.algorithm.advantage_fn.functional import group_stats, opmd_advantages
+from trinity.common.experience import Experience
+
+__all__ = ["OPMDGroupAdvantage"]
+
+
+@ADVANTAGE_FN.register_module("opmd")
+class OPMDGroupAdvantage(VectorizedGroupAdvantage):
+    """OPMD group advantage.
+
+    Args:
+        opmd_baseline: ``"mean"`` or ``"logavgexp"``.
+        tau: temperature of the ``"logavgexp"`` baseline (> 0).
+
+    Metrics: ``group_baseline`` (mean over groups). A one-member group has baseline 0, as in the
+    guide (its advantage is its reward; ``zero_singletons=True`` gives it 0).
+    """
+
+    algorithm_name = "opmd"
+
+    def __init__(self, opmd_baseline: str = "mean", tau: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if opmd_baseline not in ("mean", "logavgexp"):
+            raise ValueError(f"opmd_baseline must be 'mean' or 'logavgexp', got {opmd_baseline!r}")
+        self.opmd_baseline = opmd_baseline
+        self.tau = float(tau)
+
+    def calculate_group_advantage(
+        self, group_id: str, exps: list[Experience]
+    ) -> tuple[list[Experience], dict]:
+        """One group, written plainly (the guide's example); same numbers as ``__call__``."""
+        with torch.no_grad():
+            rewards = experience_rewards(exps, self.algorithm_name)
+            n = len(exps)
+            if n == 1:
+                baseline = (
+                    rewards[0] if self.zero_singletons else torch.tensor(0.0, dtype=REWARD_DTYPE)
+                )
+            elif bool(rewards.max() == rewards.min()):
+                baseline = rewards[0]
+            elif self.opmd_baseline == "mean":
+                baseline = rewards.mean()
+            else:
+                baseline = self.tau * (torch.logsumexp(rewards / self.tau, dim=-1) - math.log(n))
+            for exp, reward in zip(exps, rewards, strict=True):
+                score = (reward - baseline).float()
+                exp.advantages = score * exp.action_mask
+                exp.returns = exp.advantages.clone()
+        return exps, {"group_baseline": float(baseline)}
+
+    def vector_advantages(
+        self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]
+    ) -> tuple[Tensor, Optional[Tensor], dict[str, float]]:
+        stats = group_stats(rewards, group_index, num_groups)
+        adv = opmd_advantages(
+            rewards,
+            group_index,
+            baseline=self.opmd_baseline,
+            tau=self.tau,
+            zero_singletons=self.zero_singletons,
+            stats=stats,
+        )
+        # every member of a group has the same baseline: average (reward - advantage) per group
+        baseline = torch.zeros(num_groups, dtype=REWARD_DTYPE).index_add_(
+            0, group_index, rewards - adv
+        ) / stats.count.clamp_min(1)
+        return adv, None, {"group_baseline": float(baseline.mean())} if num_groups else {}
+
+    @classmethod
+    def default_args(cls) -> dict:
+        return {"opmd_baseline": "mean", "tau": 1.0}

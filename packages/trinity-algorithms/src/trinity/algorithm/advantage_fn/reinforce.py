@@ -1,0 +1,51 @@
+"""REINFORCE advantage (``"reinforce"``): the raw reward, no baseline.
+
+``A_i = r_i`` broadcast over the action mask. Experiences are still grouped by task so the
+reported ``reward_mean`` is the mean over tasks of each task's mean reward (as Trinity-RFT).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from trinity.algorithm.advantage_fn._vectorized import VectorizedGroupAdvantage, experience_rewards
+from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
+from trinity.algorithm.advantage_fn.functional import group_stats
+from trinity.common.experience import Experience
+
+__all__ = ["REINFORCEGroupAdvantage"]
+
+
+@ADVANTAGE_FN.register_module("reinforce")
+class REINFORCEGroupAdvantage(VectorizedGroupAdvantage):
+    """REINFORCE group advantage (no arguments). Metric: ``reward_mean``."""
+
+    algorithm_name = "reinforce"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+
+    def calculate_group_advantage(
+        self, group_id: str, exps: list[Experience]
+    ) -> tuple[list[Experience], dict]:
+        """One group, written plainly; same numbers as ``__call__``."""
+        with torch.no_grad():
+            rewards = experience_rewards(exps, self.algorithm_name)
+            for exp, score in zip(exps, rewards.float(), strict=True):
+                exp.advantages = score * exp.action_mask
+                exp.returns = exp.advantages.clone()
+        return exps, {"reward_mean": float(rewards.mean())}
+
+    def vector_advantages(
+        self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]
+    ) -> tuple[Tensor, Optional[Tensor], dict[str, float]]:
+        stats = group_stats(rewards, group_index, num_groups)
+        metrics = {"reward_mean": float(stats.mean.mean())} if num_groups else {}
+        return rewards.clone(), None, metrics
+
+    @classmethod
+    def default_args(cls) -> dict:
+        return {}

@@ -1,0 +1,373 @@
+"""Policy-loss math as pure tensor functions; the registered classes are thin wrappers.
+
+Keeping the math here (no ``self``, no config, no ``.item()``) lets the parity tests compare
+each formula with verl's directly, and lets other code reuse a loss without the registry.
+
+Shapes, for every function: ``logprob``, ``old_logprob``, ``ref_logprob``, ``advantages`` and
+``mask`` are ``[batch, response_len]``; ``mask`` is 1/True on trained tokens (bool or float).
+Every function returns ``(loss, metrics)``: ``loss`` a scalar tensor (with grad through
+``logprob``), ``metrics`` a dict of detached scalar tensors (turn them into floats with
+:func:`metrics_to_floats`). Every loss reduces its per-token matrix with
+:func:`trinity.algorithm.utils.aggregate_loss`, so an empty mask gives a loss of 0, not NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from trinity.algorithm.utils import aggregate_loss, masked_mean, masked_sum
+
+__all__ = [
+    "LOG_RATIO_CLAMP",
+    "cispo_loss",
+    "dpo_loss",
+    "gspo_loss",
+    "importance_sampling_loss",
+    "metrics_to_floats",
+    "opmd_loss",
+    "ppo_clip_loss",
+    "sapo_loss",
+    "sft_loss",
+    "topr_loss",
+]
+
+#: Token log-ratios are clamped to ``[-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP]`` before ``exp`` (as
+#: verl does) so one stale token cannot overflow the ratio.
+LOG_RATIO_CLAMP = 20.0
+
+
+def metrics_to_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Detach tensors and turn every metric into a Python float (what loggers expect)."""
+    return {
+        k: float(v.detach().item()) if isinstance(v, Tensor) else float(v)
+        for k, v in metrics.items()
+    }
+
+
+def _log_ratio(logprob: Tensor, old_logprob: Tensor, clamp: bool = True) -> Tensor:
+    log_ratio = logprob - old_logprob
+    if clamp:
+        log_ratio = torch.clamp(log_ratio, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
+    return log_ratio
+
+
+def ppo_clip_loss(
+    logprob: Tensor,
+    old_logprob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    clip_ratio_c: Optional[float] = 3.0,
+    loss_agg_mode: str = "token-mean",
+    sequence_mask_delta: Optional[float] = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate with separate low/high ranges (DAPO clip-higher) and dual-clip.
+
+    ``ratio = exp(logprob - old_logprob)``; per token
+    ``max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high))``, and where ``A < 0``
+    that value is further capped at ``-A * clip_ratio_c`` (dual-clip, arXiv:1912.09729) so a
+    huge ratio on a bad token cannot produce an unbounded loss. ``clip_ratio_c=None`` turns
+    dual-clip off. Equal to verl's ``compute_policy_loss_vanilla`` (tested).
+
+    ``sequence_mask_delta`` (Trinity-RFT's ``enable_sequence_masking``/``delta``): drop the
+    negative-advantage tokens of sequences whose mean token KL to the old policy exceeds it.
+
+    Metrics: ``pg_clipfrac``, ``pg_clipfrac_lower`` (dual-clip active), ``ppo_kl``, ``pg_loss``
+    (and ``seq_mask/*`` with sequence masking).
+    """
+    log_ratio = _log_ratio(logprob, old_logprob)
+    ratio = torch.exp(log_ratio)
+    ppo_kl = masked_mean(-log_ratio, mask)
+
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).to(logprob.dtype), mask)
+
+    negative = advantages < 0
+    if clip_ratio_c is not None:
+        if clip_ratio_c <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1.0 for dual-clip PPO, got {clip_ratio_c}")
+        pg_losses3 = -advantages * clip_ratio_c
+        clip_pg_losses2 = torch.minimum(pg_losses3, clip_pg_losses1)
+        pg_clipfrac_lower = masked_mean(
+            (torch.gt(clip_pg_losses1, pg_losses3) & negative).to(logprob.dtype), mask
+        )
+        pg_losses = torch.where(negative, clip_pg_losses2, clip_pg_losses1)
+    else:
+        pg_clipfrac_lower = torch.zeros((), dtype=logprob.dtype, device=logprob.device)
+        pg_losses = clip_pg_losses1
+
+    metrics: dict[str, Tensor] = {}
+    if sequence_mask_delta is not None:
+        seq_kl = masked_mean(-log_ratio, mask, axis=-1)  # [batch]
+        drop = negative & (seq_kl > sequence_mask_delta).unsqueeze(-1)  # [batch, len]
+        pg_losses = pg_losses * (~drop).to(pg_losses.dtype)
+        metrics["seq_mask/masked_tokens"] = masked_mean(drop.to(logprob.dtype), mask).detach()
+        metrics["seq_mask/mean_sequence_kl"] = (
+            seq_kl.mean().detach() if seq_kl.numel() else torch.zeros((), dtype=logprob.dtype)
+        )
+
+    pg_loss = aggregate_loss(pg_losses, mask, loss_agg_mode=loss_agg_mode)
+    metrics.update(
+        pg_clipfrac=pg_clipfrac.detach(),
+        pg_clipfrac_lower=pg_clipfrac_lower.detach(),
+        ppo_kl=ppo_kl.detach(),
+        pg_loss=pg_loss.detach(),
+    )
+    return pg_loss, metrics
+
+
+def gspo_loss(
+    logprob: Tensor,
+    old_logprob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 0.0003,
+    clip_high: float = 0.0004,
+    loss_agg_mode: str = "seq-mean-token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO (arXiv:2507.18071): PPO clipping on a *sequence-level* importance ratio.
+
+    ``s_i = exp(mean_t log(pi/pi_old))`` over the sequence's trained tokens; the token ratio
+    is ``sg[s_i] * pi / sg[pi]`` (GSPO-token), so its value is ``s_i`` for every token while
+    the gradient still flows per token. Clipping a length-normalised ratio needs far smaller
+    ranges than token PPO (defaults ``3e-4``/``4e-4``). The log-ratio is clamped at 10 before
+    ``exp`` as in verl; equal to verl's ``compute_policy_loss_gspo`` (tested).
+
+    Metrics: ``pg_clipfrac``, ``ppo_kl`` (token), ``ppo_kl_seq`` (mean over rows), ``pg_loss``.
+    """
+    mask_f = mask.to(logprob.dtype)
+    log_ratio = logprob - old_logprob
+    seq_lengths = mask_f.sum(dim=-1).clamp(min=1)
+    log_ratio_seq = (log_ratio * mask_f).sum(dim=-1) / seq_lengths  # [batch]
+    log_seq_ratio = logprob - logprob.detach() + log_ratio_seq.detach().unsqueeze(-1)
+    seq_ratio = torch.exp(torch.clamp(log_seq_ratio, max=10.0))
+
+    pg_losses1 = -advantages * seq_ratio
+    pg_losses2 = -advantages * torch.clamp(seq_ratio, 1.0 - clip_low, 1.0 + clip_high)
+    pg_losses = torch.maximum(pg_losses1, pg_losses2)
+    pg_loss = aggregate_loss(pg_losses, mask, loss_agg_mode=loss_agg_mode)
+
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).to(logprob.dtype), mask)
+    ppo_kl = masked_mean(-log_ratio, mask)
+    ppo_kl_seq = (
+        (-log_ratio_seq).mean() if log_ratio_seq.numel() else torch.zeros((), dtype=logprob.dtype)
+    )
+    return pg_loss, {
+        "pg_clipfrac": pg_clipfrac.detach(),
+        "ppo_kl": ppo_kl.detach(),
+        "ppo_kl_seq": ppo_kl_seq.detach(),
+        "pg_loss": pg_loss.detach(),
+    }
+
+
+def cispo_loss(
+    logprob: Tensor,
+    old_logprob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 1.0,
+    clip_high: float = 0.28,
+    loss_agg_mode: str = "token-mean",
+    mask_truncated: bool = True,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """CISPO (MiniMax-M1, arXiv:2506.13585): REINFORCE weighted by a clipped, stop-grad IS ratio.
+
+    Per token ``-sg(clip(ratio, 1 - clip_low, 1 + clip_high)) * A * logprob``: unlike PPO,
+    clipping bounds the *weight* instead of zeroing the gradient, so rare high-ratio tokens
+    keep contributing.
+
+    ``mask_truncated=True`` (Trinity-RFT's implementation, the paper's "unified" form with a
+    token mask): tokens with ``ratio > 1 + clip_high`` and ``A > 0``, or ``ratio < 1 - clip_low``
+    and ``A < 0``, are dropped. ``mask_truncated=False`` is verl's ``compute_policy_loss_cispo``
+    (tested equal); Trinity-RFT's default ``clip_low=1.0`` makes the lower mask inactive.
+
+    Metrics: ``pg_clipfrac`` (weight clipped), ``masked_frac`` (fraction of trained tokens the
+    mask dropped; Trinity-RFT logged the kept fraction under this name), ``ppo_kl``, ``pg_loss``.
+    """
+    log_ratio = _log_ratio(logprob, old_logprob)
+    ratio = torch.exp(log_ratio)
+    clipped_ratio = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    if mask_truncated:
+        drop = ((ratio > 1.0 + clip_high) & (advantages > 0)) | (
+            (ratio < 1.0 - clip_low) & (advantages < 0)
+        )
+    else:
+        drop = torch.zeros_like(ratio, dtype=torch.bool)
+    weight = (clipped_ratio * (~drop).to(ratio.dtype)).detach()
+    pg_losses = -weight * advantages * logprob
+    pg_loss = aggregate_loss(pg_losses, mask, loss_agg_mode=loss_agg_mode)
+    return pg_loss, {
+        "pg_clipfrac": masked_mean((ratio != clipped_ratio).to(logprob.dtype), mask).detach(),
+        "masked_frac": masked_mean(drop.to(logprob.dtype), mask).detach(),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+        "pg_loss": pg_loss.detach(),
+    }
+
+
+def sapo_loss(
+    logprob: Tensor,
+    old_logprob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """SAPO (arXiv:2511.20347): a smooth sigmoid gate on the ratio instead of a hard clip.
+
+    Per token ``-f(ratio) * A`` with ``f(x) = sigmoid(tau * (x - 1)) * 4 / tau``,
+    ``tau = tau_pos`` where ``A > 0`` else ``tau_neg``. ``f(1) = 2 / tau`` and ``f'(1) = 1``,
+    so on-policy the gradient equals the policy gradient, and it decays smoothly as the ratio
+    leaves 1 (faster for negative advantages when ``tau_neg > tau_pos``).
+
+    This is the paper's objective, which Trinity-RFT's docstring states and verl implements
+    (``compute_policy_loss_sapo``, tested equal for ``seq-mean-token-mean``; verl always uses
+    that mode, we honour ``loss_agg_mode``). Trinity-RFT's code instead uses the surrogate
+    ``-A * sg(f(ratio)) * logprob``, whose gradient is weighted by ``f`` rather than ``f' * ratio``;
+    we follow the formula.
+
+    Metrics: ``ppo_kl``, ``avg_soft_gate``, ``avg_ratio``, ``pos_adv_frac``, ``pg_loss``.
+    """
+    log_ratio = _log_ratio(logprob, old_logprob)
+    ratio = torch.exp(log_ratio)
+    pos = torch.as_tensor(tau_pos, dtype=ratio.dtype, device=ratio.device)
+    neg = torch.as_tensor(tau_neg, dtype=ratio.dtype, device=ratio.device)
+    taus = torch.where(advantages > 0, pos, neg)
+    gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
+    pg_losses = -gates * advantages
+    pg_loss = aggregate_loss(pg_losses, mask, loss_agg_mode=loss_agg_mode)
+    return pg_loss, {
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+        "avg_soft_gate": masked_mean(gates, mask).detach(),
+        "avg_ratio": masked_mean(ratio, mask).detach(),
+        "pos_adv_frac": masked_mean((advantages > 0).to(logprob.dtype), mask).detach(),
+        "pg_loss": pg_loss.detach(),
+    }
+
+
+def topr_loss(
+    logprob: Tensor,
+    old_logprob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    advantage_threshold: float = 0.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """TOPR (arXiv:2503.14286): tapered off-policy REINFORCE.
+
+    Per token ``-sg(alpha) * A * logprob`` with ``alpha = clip(ratio, 0, 1)`` where
+    ``A <= advantage_threshold`` and ``alpha = 1`` otherwise: positive examples get the plain
+    SFT-like gradient, negative ones are down-weighted when off-policy, which keeps the
+    negative gradient from blowing up without clipping positives. ``advantages`` play the
+    paper's rewards (a baseline is allowed).
+
+    Metrics: ``topr_loss``, ``avg_alpha``, ``avg_ratio``.
+    """
+    ratio = torch.exp(logprob - old_logprob)
+    alpha = torch.where(
+        advantages <= advantage_threshold, torch.clamp(ratio, 0.0, 1.0), torch.ones_like(ratio)
+    )
+    losses = -alpha.detach() * advantages * logprob
+    loss = aggregate_loss(losses, mask, loss_agg_mode=loss_agg_mode)
+    return loss, {
+        "topr_loss": loss.detach(),
+        "avg_alpha": masked_mean(alpha, mask).detach(),
+        "avg_ratio": masked_mean(ratio, mask).detach(),
+    }
+
+
+def opmd_loss(
+    logprob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    tau: float = 1.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """OPMD (the algorithm guide's example): ``aggregate(-A * logprob) / (1 + tau)``.
+
+    The ``1 / (1 + tau)`` factor is the mirror-descent regularisation towards the current
+    policy; OPMD needs no old log-probs. Metrics: ``opmd_loss``.
+    """
+    loss = aggregate_loss(-advantages * logprob, mask, loss_agg_mode=loss_agg_mode) / (1.0 + tau)
+    return loss, {"opmd_loss": loss.detach()}
+
+
+def importance_sampling_loss(
+    logprob: Tensor,
+    old_logprob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Unclipped importance-sampling loss ``-A * exp(logprob - old_logprob)``.
+
+    Used for on-policy distillation, where advantages are per-token teacher/student gaps
+    and there is nothing to clip. Metrics: ``pg_loss``, ``ratio/mean``, ``approx_kl``.
+    """
+    log_ratio = _log_ratio(logprob, old_logprob)
+    ratio = torch.exp(log_ratio)
+    loss = aggregate_loss(-advantages * ratio, mask, loss_agg_mode=loss_agg_mode)
+    return loss, {
+        "pg_loss": loss.detach(),
+        "ratio/mean": masked_mean(ratio, mask).detach(),
+        "approx_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+
+
+def sft_loss(
+    logprob: Tensor, mask: Tensor, loss_agg_mode: str = "token-mean"
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Negative log-likelihood of the trained tokens. Metrics: ``sft_loss``."""
+    loss = aggregate_loss(-logprob, mask, loss_agg_mode=loss_agg_mode)
+    return loss, {"sft_loss": loss.detach()}
+
+
+def dpo_loss(
+    logprob: Tensor,
+    ref_logprob: Tensor,
+    mask: Tensor,
+    beta: float = 0.1,
+    label_smoothing: float = 0.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """DPO (arXiv:2305.18290) on rows interleaved ``[chosen_0, rejected_0, chosen_1, ...]``.
+
+    ``collate_experiences`` lays DPO pairs out this way, so even rows are chosen and odd rows
+    rejected. Per pair, ``z = (log pi(c) - log ref(c)) - (log pi(r) - log ref(r))`` with
+    sequence log-probs summed over ``mask``; the loss is
+    ``-(1 - ls) * logsigmoid(beta * z) - ls * logsigmoid(-beta * z)`` (conservative DPO when
+    ``label_smoothing > 0``), averaged over pairs (0 for no pairs).
+
+    Metrics: ``chosen_reward``, ``rejected_reward`` (``beta`` times the mean log-ratio),
+    ``accuracy_mean`` (chosen log-ratio > rejected), ``dpo_loss``.
+
+    Raises:
+        ValueError: an odd number of rows (a pair was split).
+    """
+    if logprob.shape[0] % 2:
+        raise ValueError(
+            f"DPO needs rows [chosen, rejected] * n_pairs, got an odd batch of {logprob.shape[0]}"
+        )
+    log_ratio = masked_sum(logprob - ref_logprob, mask.to(logprob.dtype), axis=-1)  # [batch]
+    chosen, rejected = log_ratio[0::2], log_ratio[1::2]  # [n_pairs]
+    z = chosen - rejected
+    losses = (
+        -F.logsigmoid(beta * z) * (1.0 - label_smoothing)
+        - F.logsigmoid(-beta * z) * label_smoothing
+    )
+    pairs = torch.ones_like(losses).unsqueeze(-1)  # [n_pairs, 1]: every pair counts once
+    loss = aggregate_loss(losses.unsqueeze(-1), pairs, loss_agg_mode="token-mean")
+    c, r = chosen.detach().unsqueeze(-1), rejected.detach().unsqueeze(-1)
+    return loss, {
+        "chosen_reward": beta * masked_mean(c, pairs),
+        "rejected_reward": beta * masked_mean(r, pairs),
+        "accuracy_mean": masked_mean((c > r).to(logprob.dtype), pairs),
+        "dpo_loss": loss.detach(),
+    }

@@ -1,0 +1,121 @@
+"""Policy losses: the :class:`PolicyLossFn` contract and the ``POLICY_LOSS_FN`` registry.
+
+A policy loss declares the batch tensors it needs by naming them in ``__call__``'s parameter
+list (``logprob, old_logprob, action_mask, advantages, ...``); the trainer reads that signature
+(:attr:`PolicyLossFn.select_keys`) and passes exactly those fields, so a new loss never has to
+fish its inputs out of ``**kwargs``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from torch import Tensor
+
+from trinity.algorithm.policy_loss_fn.functional import metrics_to_floats
+from trinity.utils.registry import Registry
+
+__all__ = ["POLICY_LOSS_FN", "PolicyLossFn", "RatioPolicyLossFn"]
+
+POLICY_LOSS_FN: Registry[type[PolicyLossFn]] = Registry("policy_loss_fn")
+
+# Names in ``__call__`` that are not batch fields.
+_NOT_BATCH_FIELDS = {"self", "kwargs", "logprob"}
+
+
+class PolicyLossFn(ABC):
+    """Base class of policy losses.
+
+    ``__call__(self, logprob, <batch fields...>, **kwargs) -> (loss, metrics)``: ``logprob`` is
+    the current policy's per-token log-probability ``[batch, response_len]``; the other named
+    parameters are batch fields of the same shape unless documented otherwise (e.g.
+    ``old_logprob``, ``action_mask``, ``advantages``, ``ref_logprob``, ``is_expert_mask``).
+
+    Class attributes hold settings every loss shares (``loss_agg_mode``), so a subclass whose
+    ``__init__`` does not take them still has them (see ``build_component``).
+    """
+
+    loss_agg_mode: str = "token-mean"
+    _select_keys: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        params = inspect.signature(cls.__call__).parameters
+        cls._select_keys = tuple(
+            name
+            for name, p in params.items()
+            if name not in _NOT_BATCH_FIELDS and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        )
+
+    def __init__(self, backend: str = "verl", **kwargs: Any) -> None:
+        self.backend = backend
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+
+    @property
+    def select_keys(self) -> list[str]:
+        """The batch fields ``__call__`` asks for, in signature order."""
+        return list(self._select_keys)
+
+    @abstractmethod
+    def __call__(self, logprob: Tensor, **kwargs: Any) -> tuple[Tensor, dict]:
+        """Return the scalar loss and a dict of float metrics."""
+
+    @classmethod
+    def default_args(cls) -> dict:
+        """Initialization arguments used where the config gives none."""
+        return {}
+
+    def compute(self, logprob: Tensor, batch: Mapping[str, Any]) -> tuple[Tensor, dict]:
+        """Call the loss with exactly the batch fields its signature names.
+
+        Raises:
+            KeyError: a field the loss asks for is not in the batch (names the loss and the
+                fields the batch has).
+        """
+        missing = [k for k in self._select_keys if k not in batch]
+        if missing:
+            raise KeyError(
+                f"{type(self).__name__} needs batch fields {missing}, which the batch lacks "
+                f"(it has: {', '.join(sorted(batch))})"
+            )
+        return self(logprob=logprob, **{k: batch[k] for k in self._select_keys})
+
+
+class RatioPolicyLossFn(PolicyLossFn):
+    """Shared ``__call__`` of the losses built on the ratio ``pi / pi_old`` (PPO, GSPO, CISPO,
+    SAPO, TOPR, importance sampling): they read ``old_logprob``, ``action_mask`` and
+    ``advantages`` and differ only in their pure loss function and its settings.
+
+    Subclasses set ``loss_fn`` (``fn(logprob, old_logprob, advantages, mask, *,
+    loss_agg_mode, **settings) -> (loss, metric tensors)``) and return the settings from
+    :meth:`loss_settings`.
+    """
+
+    loss_fn: ClassVar[Callable[..., tuple[Tensor, dict]]]
+
+    def loss_settings(self) -> dict[str, Any]:
+        """Keyword arguments of ``loss_fn`` besides the tensors and ``loss_agg_mode``."""
+        return {}
+
+    def __call__(  # type: ignore[override]
+        self,
+        logprob: Tensor,
+        old_logprob: Tensor,
+        action_mask: Tensor,
+        advantages: Tensor,
+        **kwargs: Any,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """All inputs ``[batch, response_len]``; returns the scalar loss and float metrics."""
+        loss, metrics = type(self).loss_fn(
+            logprob,
+            old_logprob,
+            advantages,
+            action_mask,
+            loss_agg_mode=self.loss_agg_mode,
+            **self.loss_settings(),
+        )
+        return loss, metrics_to_floats(metrics)

@@ -1,0 +1,88 @@
+"""PPO policy loss (``ppo``): clip, clip-higher (DAPO) and dual-clip."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from trinity.algorithm.policy_loss_fn.functional import ppo_clip_loss
+from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, RatioPolicyLossFn
+
+__all__ = ["PPOPolicyLossFn", "resolve_clip_range"]
+
+
+def resolve_clip_range(
+    clip_range: Optional[float],
+    clip_range_low: Optional[float],
+    clip_range_high: Optional[float],
+) -> tuple[float, float]:
+    """``(low, high)``: each side defaults to ``clip_range`` (Trinity-RFT's convention).
+
+    Raises:
+        ValueError: a side is left unset with no ``clip_range`` to fall back on.
+    """
+    low = clip_range if clip_range_low is None else clip_range_low
+    high = clip_range if clip_range_high is None else clip_range_high
+    if low is None or high is None:
+        raise ValueError(
+            "Set clip_range, or both clip_range_low and clip_range_high "
+            f"(got clip_range={clip_range}, clip_range_low={clip_range_low}, "
+            f"clip_range_high={clip_range_high})"
+        )
+    return float(low), float(high)
+
+
+@POLICY_LOSS_FN.register_module("ppo")
+class PPOPolicyLossFn(RatioPolicyLossFn):
+    """PPO clipped surrogate; see :func:`~trinity.algorithm.policy_loss_fn.functional.ppo_clip_loss`.
+
+    Args:
+        clip_range: symmetric clip epsilon, used for a side not given explicitly.
+        clip_range_low / clip_range_high: asymmetric ranges ``[1 - low, 1 + high]``
+            (DAPO's clip-higher sets ``high > low`` to keep exploration alive).
+        clip_ratio_c: dual-clip bound (> 1) on the loss of negative-advantage tokens.
+        loss_agg_mode: see :func:`trinity.algorithm.utils.aggregate_loss`.
+        enable_sequence_masking / delta: drop negative-advantage tokens of sequences whose
+            mean KL to the old policy exceeds ``delta``.
+    """
+
+    loss_fn = staticmethod(ppo_clip_loss)
+
+    def __init__(
+        self,
+        backend: str = "verl",
+        clip_range: Optional[float] = None,
+        clip_range_low: Optional[float] = None,
+        clip_range_high: Optional[float] = None,
+        clip_ratio_c: float = 3.0,
+        loss_agg_mode: str = "token-mean",
+        enable_sequence_masking: bool = False,
+        delta: float = 0.1,
+    ) -> None:
+        super().__init__(backend=backend)
+        self.clip_range_low, self.clip_range_high = resolve_clip_range(
+            clip_range, clip_range_low, clip_range_high
+        )
+        if clip_ratio_c <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1.0, got {clip_ratio_c}")
+        self.clip_ratio_c = clip_ratio_c
+        self.loss_agg_mode = loss_agg_mode
+        self.enable_sequence_masking = enable_sequence_masking
+        self.delta = delta
+
+    def loss_settings(self) -> dict[str, Any]:
+        return {
+            "clip_low": self.clip_range_low,
+            "clip_high": self.clip_range_high,
+            "clip_ratio_c": self.clip_ratio_c,
+            "sequence_mask_delta": self.delta if self.enable_sequence_masking else None,
+        }
+
+    @classmethod
+    def default_args(cls) -> dict:
+        return {
+            "clip_range": 0.2,
+            "clip_ratio_c": 3.0,
+            "loss_agg_mode": "token-mean",
+            "enable_sequence_masking": False,
+            "delta": 0.1,
+        }
