@@ -230,3 +230,21 @@ def test_apply_algorithm_defaults_rederives_batch_sizes_from_the_type():
     # what the user set wins
     data["algorithm"]["repeat_times"] = 4
     assert apply_algorithm_defaults(Config.from_dict(data)).buffer.train_batch_size == 32
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["ppo", "grpo", "dapo", "opmd", "rloo", "reinforceplusplus", "gspo", "cispo", "topr",
+     "asymre", "sapo", "dpo", "sft", "mix"],
+)
+def test_each_algorithm_type_is_one_line_of_yaml(name, tmp_path):
+    """`algorithm: {algorithm_type: NAME}` alone resolves and builds every component."""
+    from trinity.common.config import load_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"algorithm:\n  algorithm_type: {name}\n")
+    resolved = resolve_algorithm(load_config(cfg))
+    built = resolved.build_components()
+    assert resolved.algorithm_type == name
+    assert built["policy_loss_fn"] is not None
+    assert all(v is not None for k, v in built.items() if k != "advantage_fn")
