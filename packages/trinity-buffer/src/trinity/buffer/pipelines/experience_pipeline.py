@@ -1,0 +1,391 @@
+"""The experience pipeline: explorer output → operators → (advantages) → trainer input buffer.
+
+The pipeline is deliberately ignorant of algorithms and storages: ``trinity-buffer`` must not
+import ``trinity.algorithm`` (it depends on ``trinity-core`` only), and the storage that
+feeds the trainer is chosen by whoever launches the run. Both are therefore injected:
+
+* ``advantage_fn(exps) -> (exps, metrics)``: given when the algorithm computes advantages
+  outside the trainer (``compute_advantage_in_trainer=False``, e.g. GRPO); ``None`` when the
+  trainer computes them. It runs after the configured operators, as Trinity-RFT appends it
+  to the operator list.
+* ``writer``: any object with ``write(exps)`` and/or ``async write_async(exps)`` (and
+  optionally ``acquire()`` / ``release()``), i.e. the trainer's input buffer writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import numbers
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Optional, Protocol, Union, runtime_checkable
+
+from trinity.buffer.operators.experience_operator import (
+    ExperienceOperator,
+    ExperienceOperatorError,
+    OperatorSpec,
+    create_operators,
+    operator_config,
+)
+from trinity.common.config import Config, DataProcessorConfig, ExperiencePipelineConfig
+from trinity.common.experience import Experience
+from trinity.utils.log import get_logger
+
+__all__ = [
+    "ADVANTAGE_STEP_NAME",
+    "AdvantageCallable",
+    "ExperiencePipeline",
+    "ExperienceWriter",
+    "PipelineConfigLike",
+]
+
+#: Label of the injected advantage function in metrics and error messages.
+ADVANTAGE_STEP_NAME = "advantage_fn"
+_PREFIX = "experience_pipeline"
+
+#: ``advantage_fn(exps) -> (exps, metrics)``; trinity-algorithms' group advantage functions
+#: (``GroupAdvantage`` instances) have this signature.
+AdvantageCallable = Callable[[list[Experience]], tuple[list[Experience], dict]]
+
+PipelineConfigLike = Union[
+    Config, DataProcessorConfig, ExperiencePipelineConfig, Mapping[str, Any], Sequence[OperatorSpec]
+]
+
+logger = get_logger(__name__)
+
+
+@runtime_checkable
+class ExperienceWriter(Protocol):
+    """What the pipeline writes to: at least one of ``write`` / ``write_async``."""
+
+    def write(self, data: list[Experience]) -> Any: ...
+
+
+class _Step:
+    """One stage of the pipeline: a configured operator or the injected advantage function."""
+
+    def __init__(self, index: int, name: str, label: str, fn: Callable[[list[Experience]], Any]):
+        self.index = index
+        self.name = name
+        self.label = label  # metric namespace: the name, or name_index when names repeat
+        self.fn = fn
+
+    def describe(self) -> str:
+        if self.name == ADVANTAGE_STEP_NAME:
+            return "the advantage function (advantage_fn)"
+        return f"experience_pipeline.operators[{self.index}] ({self.name!r})"
+
+
+def _resolve_config(config: Optional[PipelineConfigLike]) -> ExperiencePipelineConfig:
+    if config is None:
+        return ExperiencePipelineConfig()
+    if isinstance(config, ExperiencePipelineConfig):
+        return config
+    if isinstance(config, DataProcessorConfig):
+        return config.experience_pipeline
+    if isinstance(config, Config):
+        return (config.data_processor or DataProcessorConfig()).experience_pipeline
+    if isinstance(config, Mapping):
+        if "experience_pipeline" in config:  # a data_processor section
+            return DataProcessorConfig.model_validate(dict(config)).experience_pipeline
+        return ExperiencePipelineConfig.model_validate(dict(config))
+    if isinstance(config, Sequence) and not isinstance(config, (str, bytes)):
+        return ExperiencePipelineConfig(operators=[operator_config(s) for s in config])
+    raise TypeError(
+        "config must be a Config, DataProcessorConfig, ExperiencePipelineConfig, a mapping or "
+        f"a list of operators, got {type(config).__name__}"
+    )
+
+
+def _as_number(value: Any) -> Optional[float]:
+    if isinstance(value, numbers.Real):  # bool, int, float, numpy scalars
+        return float(value)
+    numel = getattr(value, "numel", None)
+    if callable(numel) and numel() == 1 and hasattr(value, "item"):  # a 1-element tensor
+        item = value.item()
+        return float(item) if isinstance(item, numbers.Real) else None
+    return None
+
+
+def _run_sync(awaitable: Awaitable[Any]) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(awaitable))
+    raise RuntimeError(
+        "an async operator or writer was called from the synchronous API inside a running "
+        "event loop; use `await pipeline.process(...)` / `apply_async(...)` instead"
+    )
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+class ExperiencePipeline:
+    """Runs the configured operators over each explore step's experiences and writes the result.
+
+    Args:
+        config: the operators to run: a whole :class:`Config`, its ``data_processor``, its
+            ``experience_pipeline`` section, the equivalent mapping, or a bare operator list.
+        writer: the trainer's input buffer (``write`` / ``write_async``); required by
+            :meth:`process`, not by :meth:`apply`.
+        advantage_fn: ``advantage_fn(exps) -> (exps, metrics)``, run after the operators
+            when the algorithm computes advantages outside the trainer; ``None`` otherwise.
+        input_writer: where raw explorer output is saved before processing
+            when ``experience_pipeline.save_input`` is true; ``None`` saves nothing.
+        operators: already-built operators to use instead of building the config's list.
+
+    Metrics (returned by :meth:`process` / :meth:`apply`): every operator's numeric metric
+    ``k`` appears as ``experience_pipeline/<name>/k`` (``<name>_<index>`` when a name repeats)
+    and as ``experience_pipeline/k`` — summed over operators for ``*count`` keys (so
+    ``filtered_count`` is the pipeline's total), the last operator's value otherwise, as in
+    Trinity-RFT. Non-numeric metrics (e.g. ``taskset_schedule``) pass through under their own
+    key. Also ``experience_pipeline/input_count``, ``experience_pipeline/experience_count``
+    (written) and ``time/experience_pipeline/...`` timings in seconds.
+    """
+
+    def __init__(
+        self,
+        config: Optional[PipelineConfigLike] = None,
+        *,
+        writer: Optional[Any] = None,
+        advantage_fn: Optional[AdvantageCallable] = None,
+        input_writer: Optional[Any] = None,
+        operators: Optional[Sequence[ExperienceOperator]] = None,
+    ) -> None:
+        self.config = _resolve_config(config)
+        if operators is None:
+            self.operators: list[ExperienceOperator] = create_operators(self.config.operators)
+            names = [op.name for op in self.config.operators]
+        else:
+            self.operators = list(operators)
+            names = [type(op).__name__ for op in self.operators]
+        for name, op in zip(names, self.operators, strict=True):
+            if not callable(getattr(op, "process", None)):
+                raise TypeError(f"operator {name!r} has no process(exps) method")
+        if advantage_fn is not None:
+            compute_in_trainer = getattr(advantage_fn, "compute_in_trainer", None)
+            if callable(compute_in_trainer) and compute_in_trainer():
+                raise ValueError(
+                    f"{type(advantage_fn).__name__} computes advantages in the trainer "
+                    "(compute_in_trainer() is True); pass advantage_fn=None to the pipeline"
+                )
+            if not callable(advantage_fn):
+                raise TypeError(
+                    "advantage_fn must be callable: advantage_fn(exps) -> (exps, metrics)"
+                )
+        self.writer = writer
+        self.input_writer = input_writer
+        self.advantage_fn = advantage_fn
+
+        all_names = names + ([ADVANTAGE_STEP_NAME] if advantage_fn is not None else [])
+        repeated = {n for n in all_names if all_names.count(n) > 1}
+        self._steps: list[_Step] = [
+            _Step(i, n, f"{n}_{i}" if n in repeated else n, op.process)
+            for i, (n, op) in enumerate(zip(names, self.operators, strict=True))
+        ]
+        if advantage_fn is not None:
+            self._steps.append(
+                _Step(len(self._steps), ADVANTAGE_STEP_NAME, ADVANTAGE_STEP_NAME, advantage_fn)
+            )
+
+    # ------------------------------------------------------------------ processing
+    def _check(self, step: _Step, out: Any) -> tuple[list[Experience], dict]:
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise ExperienceOperatorError(
+                f"{step.describe()} returned {type(out).__name__}; expected a tuple "
+                "(experiences, metrics)",
+                index=step.index,
+                name=step.name,
+            )
+        exps, metrics = out
+        if not isinstance(exps, list) or not isinstance(metrics, Mapping):
+            raise ExperienceOperatorError(
+                f"{step.describe()} returned ({type(exps).__name__}, {type(metrics).__name__}); "
+                "expected (list of Experience, dict of metrics)",
+                index=step.index,
+                name=step.name,
+            )
+        return exps, dict(metrics)
+
+    def _failure(self, step: _Step, exc: Exception) -> ExperienceOperatorError:
+        return ExperienceOperatorError(
+            f"{step.describe()} failed: {type(exc).__name__}: {exc}",
+            index=step.index,
+            name=step.name,
+        )
+
+    def _skip(self, step: _Step, exps: list[Experience]) -> bool:
+        # Nothing to compute advantages on (e.g. dynamic sampling is still filling a batch).
+        return step.name == ADVANTAGE_STEP_NAME and not exps
+
+    def apply(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, Any]]:
+        """Run the operators (and advantage function) on ``exps``; write nothing.
+
+        Raises:
+            ExperienceOperatorError: an operator raised or returned something malformed; the
+                message names it and its index in ``experience_pipeline.operators``.
+        """
+        agg = _Metrics(len(exps))
+        for step in self._steps:
+            if self._skip(step, exps):
+                continue
+            start = time.perf_counter()
+            try:
+                out = step.fn(exps)
+                if inspect.isawaitable(out):
+                    out = _run_sync(out)
+            except ExperienceOperatorError:
+                raise
+            except Exception as exc:
+                raise self._failure(step, exc) from exc
+            exps, metrics = self._check(step, out)
+            agg.add(step, metrics, time.perf_counter() - start)
+        return exps, agg.result(len(exps))
+
+    async def apply_async(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, Any]]:
+        """:meth:`apply` that awaits asynchronous operators instead of running a new loop."""
+        agg = _Metrics(len(exps))
+        for step in self._steps:
+            if self._skip(step, exps):
+                continue
+            start = time.perf_counter()
+            try:
+                out = step.fn(exps)
+                if inspect.isawaitable(out):
+                    out = await out
+            except ExperienceOperatorError:
+                raise
+            except Exception as exc:
+                raise self._failure(step, exc) from exc
+            exps, metrics = self._check(step, out)
+            agg.add(step, metrics, time.perf_counter() - start)
+        return exps, agg.result(len(exps))
+
+    async def process(self, exps: list[Experience]) -> dict[str, Any]:
+        """Save the raw input (if configured), run the operators, write the result; return metrics.
+
+        Nothing is written when the operators leave no experience (e.g. everything filtered,
+        or dynamic sampling holding groups back until a batch is full).
+        """
+        start = time.perf_counter()
+        writer = self._require_writer()
+        if self.input_writer is not None and self.config.save_input:
+            await _write_async(self.input_writer, exps)
+        exps, metrics = await self.apply_async(exps)
+        write_start = time.perf_counter()
+        if exps:
+            await _write_async(writer, exps)
+        metrics[f"time/{_PREFIX}/write"] = time.perf_counter() - write_start
+        metrics[f"time/{_PREFIX}/total"] = time.perf_counter() - start
+        return metrics
+
+    def process_sync(self, exps: list[Experience]) -> dict[str, Any]:
+        """Blocking :meth:`process` (for callers without an event loop)."""
+        start = time.perf_counter()
+        writer = self._require_writer()
+        if self.input_writer is not None and self.config.save_input:
+            _write_sync(self.input_writer, exps)
+        exps, metrics = self.apply(exps)
+        write_start = time.perf_counter()
+        if exps:
+            _write_sync(writer, exps)
+        metrics[f"time/{_PREFIX}/write"] = time.perf_counter() - write_start
+        metrics[f"time/{_PREFIX}/total"] = time.perf_counter() - start
+        return metrics
+
+    def _require_writer(self) -> Any:
+        if self.writer is None:
+            raise RuntimeError(
+                "ExperiencePipeline has no writer: pass writer=<the trainer's input buffer "
+                "writer>, or call apply() to process without writing"
+            )
+        return self.writer
+
+    # ------------------------------------------------------------------ lifecycle
+    async def prepare(self) -> None:
+        """Acquire the output writer (a shared queue counts its writers), if it supports it."""
+        acquire = getattr(self.writer, "acquire", None)
+        if callable(acquire):
+            result = acquire()
+            if inspect.isawaitable(result):
+                await result
+
+    async def close(self) -> None:
+        """Release the writer and close every operator; failures are logged, not raised."""
+        release = getattr(self.writer, "release", None)
+        if callable(release):
+            try:
+                result = release()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:  # closing must not mask the run's own outcome
+                logger.error("Failed to release the experience pipeline writer: %s", exc)
+        for step, op in zip(self._steps[: len(self.operators)], self.operators, strict=True):
+            close = getattr(op, "close", None)
+            if not callable(close):
+                continue
+            try:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                logger.error("Failed to close %s: %s", step.describe(), exc)
+
+    def __repr__(self) -> str:
+        steps = ", ".join(s.label for s in self._steps)
+        return f"ExperiencePipeline([{steps}])"
+
+
+class _Metrics:
+    """Collects per-operator metrics into the pipeline's flat, prefixed dict."""
+
+    def __init__(self, input_count: int) -> None:
+        self.out: dict[str, Any] = {}
+        self.flat: dict[str, float] = {}
+        self.passthrough: dict[str, Any] = {}
+        self.input_count = input_count
+
+    def add(self, step: _Step, metrics: dict[str, Any], seconds: float) -> None:
+        self.out[f"time/{_PREFIX}/operator/{step.index}_{step.name}"] = seconds
+        for key, value in metrics.items():
+            key = str(key)
+            number = _as_number(value)
+            if number is None:
+                self.passthrough[key] = value
+                continue
+            self.out[f"{_PREFIX}/{step.label}/{key}"] = number
+            if key.endswith("count") and key in self.flat:
+                self.flat[key] += number
+            else:
+                self.flat[key] = number
+
+    def result(self, output_count: int) -> dict[str, Any]:
+        result = dict(self.passthrough)
+        result.update({f"{_PREFIX}/{k}": v for k, v in self.flat.items()})
+        result.update(self.out)
+        result[f"{_PREFIX}/input_count"] = float(self.input_count)
+        result[f"{_PREFIX}/experience_count"] = float(output_count)
+        return result
+
+
+async def _write_async(writer: Any, exps: list[Experience]) -> None:
+    write_async = getattr(writer, "write_async", None)
+    if callable(write_async):
+        await write_async(exps)
+        return
+    result = writer.write(exps)
+    if inspect.isawaitable(result):
+        await result
+
+
+def _write_sync(writer: Any, exps: list[Experience]) -> None:
+    write = getattr(writer, "write", None)
+    if callable(write):
+        result = write(exps)
+        if inspect.isawaitable(result):
+            _run_sync(result)
+        return
+    _run_sync(writer.write_async(exps))

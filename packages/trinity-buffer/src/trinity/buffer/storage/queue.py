@@ -1,0 +1,575 @@
+"""In-process experience queues: a bounded FIFO queue and a priority replay queue.
+
+Both are thread-safe and serve blocking callers (``threading.Condition``) and coroutines
+(futures woken from any thread) alike, because the explorer writes from an event loop while a
+trainer thread reads. The Ray actor queue (:mod:`trinity.buffer.storage.ray_queue`) hosts the
+very same classes in an actor, so behaviour is identical in tests and in a cluster.
+
+* :class:`ExperienceQueue` — bounded FIFO. A write blocks while the queue is at capacity
+  (back-pressure on the explorer instead of unbounded memory); a read returns exactly
+  ``batch_size`` experiences, waiting up to ``max_read_timeout``; when every acquired writer
+  has released, readers drain what is left and then see the end of the stream.
+* :class:`PriorityReplayQueue` — replay buffer. Each experience has a priority computed by a
+  registered priority function from its model version and use count (fresher and less used
+  first); a read takes the highest priorities; a read experience comes back after
+  ``reuse_cooldown_time`` seconds (if set) with its use count incremented; at capacity a new
+  experience evicts the lowest-priority one (or is dropped if it ranks lower still), so a
+  replay buffer never blocks the explorer.
+
+A writer and a reader created separately meet through :func:`get_queue`, a registry of named
+queues (by ``StorageConfig.name``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import math
+import random
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol, Union
+
+from trinity.buffer.buffer_reader import BufferReader, EndOfStream
+from trinity.buffer.buffer_writer import BufferWriter
+from trinity.buffer.storage.errors import (
+    QueueClosedError,
+    QueueReadTimeout,
+    QueueWriteTimeout,
+    StorageConfigError,
+)
+from trinity.common.experience import Experience
+from trinity.utils.registry import Registry
+
+__all__ = [
+    "PRIORITY_FN",
+    "PriorityFunction",
+    "LinearDecayPriority",
+    "LinearDecayUseCountControlPriority",
+    "QueueLike",
+    "ExperienceQueue",
+    "PriorityReplayQueue",
+    "build_queue",
+    "get_queue",
+    "remove_queue",
+    "clear_queues",
+    "QueueReader",
+    "QueueWriter",
+]
+
+#: Registry of replay priority functions (``replay_buffer.priority_fn``).
+PRIORITY_FN: Registry[type[PriorityFunction]] = Registry("priority_fn")
+
+
+# --------------------------------------------------------------------------------------
+# Priority functions
+# --------------------------------------------------------------------------------------
+
+
+class PriorityFunction(ABC):
+    """Maps an experience and its use count to ``(priority, keep)``.
+
+    ``keep=False`` drops the experience instead of (re)inserting it — how a function limits
+    reuse. Constructed with ``replay_buffer.priority_fn_args`` as keyword arguments.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        return None
+
+    @abstractmethod
+    def __call__(self, exp: Experience, use_count: int) -> tuple[float, bool]:
+        """Priority of ``exp`` after it has been read ``use_count`` times."""
+
+
+@PRIORITY_FN.register_module("linear_decay")
+class LinearDecayPriority(PriorityFunction):
+    """``model_version - decay * use_count``: prefer experiences from newer policies and those
+    used less; always kept (reuse is bounded only by the cooldown and eviction)."""
+
+    def __init__(self, decay: float = 2.0, **kwargs: Any) -> None:
+        self.decay = float(decay)
+
+    def __call__(self, exp: Experience, use_count: int) -> tuple[float, bool]:
+        version = exp.model_version if exp.model_version is not None else 0
+        return float(version - self.decay * use_count), True
+
+
+@PRIORITY_FN.register_module("decay_limit_randomization")
+class LinearDecayUseCountControlPriority(PriorityFunction):
+    """Linear decay plus Gaussian noise ``sigma`` (breaks ties at random) and a reuse limit:
+    an experience read ``use_count_limit`` times is dropped (``<= 0`` means no limit)."""
+
+    def __init__(
+        self, decay: float = 2.0, use_count_limit: int = 3, sigma: float = 0.0, **kwargs: Any
+    ) -> None:
+        self.decay = float(decay)
+        self.use_count_limit = int(use_count_limit)
+        self.sigma = float(sigma)
+
+    def __call__(self, exp: Experience, use_count: int) -> tuple[float, bool]:
+        version = exp.model_version if exp.model_version is not None else 0
+        priority = float(version - self.decay * use_count)
+        if self.sigma > 0:
+            priority += random.gauss(0.0, self.sigma)
+        keep = self.use_count_limit <= 0 or use_count < self.use_count_limit
+        return priority, keep
+
+
+# --------------------------------------------------------------------------------------
+# Queues
+# --------------------------------------------------------------------------------------
+
+
+class QueueLike(Protocol):
+    """What :class:`QueueReader` / :class:`QueueWriter` need: the in-process queues and the
+    Ray actor client both provide it."""
+
+    name: str
+
+    def put(self, exps: Sequence[Experience], timeout: Optional[float] = None) -> None: ...
+
+    async def put_async(
+        self, exps: Sequence[Experience], timeout: Optional[float] = None
+    ) -> None: ...
+
+    def get(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]: ...
+
+    async def get_async(
+        self, batch_size: int, timeout: Optional[float] = None
+    ) -> list[Experience]: ...
+
+    def acquire(self) -> int: ...
+
+    def release(self) -> int: ...
+
+    def qsize(self) -> int: ...
+
+
+def _deadline(timeout: Optional[float]) -> float:
+    return math.inf if timeout is None else time.monotonic() + max(0.0, timeout)
+
+
+class _BaseQueue(ABC):
+    """Shared blocking/async machinery; subclasses implement the non-blocking ``_try_*``.
+
+    Why futures for coroutines instead of ``run_in_executor(blocking_get)``: a cancelled
+    coroutine (``asyncio.wait_for`` timing out) would leave the worker thread waiting, and
+    when data arrived it would pop a batch nobody receives. Here the pop happens in the
+    coroutine itself, so cancellation loses nothing.
+    """
+
+    def __init__(self, name: str, capacity: int) -> None:
+        if capacity < 1:
+            raise StorageConfigError(f"queue {name!r}: capacity must be >= 1, got {capacity}")
+        self.name = name
+        self.capacity = int(capacity)
+        self._cond = threading.Condition()
+        self._waiters: set[Future[None]] = set()
+        self._writers = 0
+        self._closed = False
+
+    # ---- subclass hooks (called with the lock held) ---------------------------------
+
+    @abstractmethod
+    def _try_put(self, exps: list[Experience]) -> int:
+        """Insert as many of ``exps`` as the policy allows now; returns how many it took."""
+
+    @abstractmethod
+    def _try_get(self, batch_size: int) -> Optional[list[Experience]]:
+        """A batch if one is ready, ``None`` to wait; raises :class:`EndOfStream`."""
+
+    def _next_event(self) -> float:
+        """Monotonic time at which the state changes by itself (a cooldown ends)."""
+        return math.inf
+
+    def _on_close(self) -> None:
+        """Called when the stream ends."""
+        return None
+
+    @abstractmethod
+    def qsize(self) -> int:
+        """Experiences readable now."""
+
+    # ---- wake-ups -------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        self._cond.notify_all()
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._waiters.clear()
+
+    async def _wait_async(self, fut: Future[None], until: float) -> None:
+        wait = until - time.monotonic()
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(fut), None if wait == math.inf else wait)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            with self._cond:
+                self._waiters.discard(fut)
+
+    # ---- writers --------------------------------------------------------------------
+
+    def acquire(self) -> int:
+        """Count a live writer; re-opens a queue whose previous writers all released."""
+        with self._cond:
+            self._writers += 1
+            self._closed = False
+            return self._writers
+
+    def release(self) -> int:
+        """Uncount a writer; the last release ends the stream (readers drain, then stop)."""
+        with self._cond:
+            self._writers = max(0, self._writers - 1)
+            if self._writers == 0:
+                self.close()
+            return self._writers
+
+    def close(self) -> None:
+        """End the stream now, whatever the writer count."""
+        with self._cond:
+            self._closed = True
+            self._on_close()
+            self._notify()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _put_step(self, pending: list[Experience], total: int, done: int) -> int:
+        if self._closed:
+            raise QueueClosedError(
+                f"queue {self.name!r} is closed (all writers released); wrote {done} of "
+                f"{total} experiences"
+            )
+        taken = self._try_put(pending)
+        if taken:
+            self._notify()
+        return taken
+
+    def _put_timeout_error(self, total: int, done: int, timeout: Optional[float]) -> Exception:
+        return QueueWriteTimeout(
+            f"queue {self.name!r} stayed at capacity ({self.capacity}) for {timeout} s: "
+            f"wrote {done} of {total} experiences; is a reader consuming it?"
+        )
+
+    def put(self, exps: Sequence[Experience], timeout: Optional[float] = None) -> None:
+        """Insert ``exps``, blocking while the queue is full; ``timeout`` (seconds) bounds the
+        wait and raises :class:`QueueWriteTimeout`."""
+        pending = list(exps)
+        total, done, until = len(pending), 0, _deadline(timeout)
+        with self._cond:
+            while pending:
+                taken = self._put_step(pending, total, done)
+                done += taken
+                del pending[:taken]
+                if not pending:
+                    break
+                wait = until - time.monotonic()
+                if wait <= 0:
+                    raise self._put_timeout_error(total, done, timeout)
+                self._cond.wait(None if wait == math.inf else wait)
+
+    async def put_async(self, exps: Sequence[Experience], timeout: Optional[float] = None) -> None:
+        """Coroutine :meth:`put`."""
+        pending = list(exps)
+        total, done, until = len(pending), 0, _deadline(timeout)
+        while True:
+            with self._cond:
+                taken = self._put_step(pending, total, done)
+                done += taken
+                del pending[:taken]
+                if not pending:
+                    return
+                if until - time.monotonic() <= 0:
+                    raise self._put_timeout_error(total, done, timeout)
+                fut: Future[None] = Future()
+                self._waiters.add(fut)
+            await self._wait_async(fut, until)
+
+    # ---- readers --------------------------------------------------------------------
+
+    def _check_batch(self, batch_size: int) -> None:
+        if batch_size < 1:
+            raise ValueError(f"queue {self.name!r}: batch_size must be >= 1, got {batch_size}")
+        if batch_size > self.capacity:
+            raise StorageConfigError(
+                f"queue {self.name!r}: batch_size {batch_size} exceeds capacity "
+                f"{self.capacity}; the read could never be served (raise `capacity`)"
+            )
+
+    def _read_timeout_error(self, batch_size: int, timeout: Optional[float]) -> Exception:
+        return QueueReadTimeout(
+            f"queue {self.name!r}: timed out after {timeout} s (max_read_timeout) waiting for "
+            f"{batch_size} experiences, {self.qsize()} available; is the explorer producing?"
+        )
+
+    def get(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]:
+        """Exactly ``batch_size`` experiences (fewer only from a closed queue's remainder).
+
+        Raises :class:`QueueReadTimeout` after ``timeout`` seconds and :class:`EndOfStream`
+        when the queue is closed and empty.
+        """
+        self._check_batch(batch_size)
+        until = _deadline(timeout)
+        with self._cond:
+            while True:
+                batch = self._try_get(batch_size)
+                if batch is not None:
+                    self._notify()
+                    return batch
+                now = time.monotonic()
+                if now >= until:
+                    raise self._read_timeout_error(batch_size, timeout)
+                wait = min(until, self._next_event()) - now
+                self._cond.wait(None if wait == math.inf else max(wait, 0.0))
+
+    async def get_async(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]:
+        """Coroutine :meth:`get`; cancellation-safe (nothing is popped unless returned)."""
+        self._check_batch(batch_size)
+        until = _deadline(timeout)
+        while True:
+            with self._cond:
+                batch = self._try_get(batch_size)
+                if batch is not None:
+                    self._notify()
+                    return batch
+                if time.monotonic() >= until:
+                    raise self._read_timeout_error(batch_size, timeout)
+                fut: Future[None] = Future()
+                self._waiters.add(fut)
+                wake = min(until, self._next_event())
+            await self._wait_async(fut, wake)
+
+
+class ExperienceQueue(_BaseQueue):
+    """Bounded FIFO queue of experiences (``storage_type: queue``).
+
+    A write of at most ``capacity`` experiences is inserted whole (a reader never sees half
+    of it); a larger write is streamed in as room frees up.
+    """
+
+    def __init__(self, name: str, capacity: int) -> None:
+        super().__init__(name, capacity)
+        self._items: deque[Experience] = deque()
+
+    def _try_put(self, exps: list[Experience]) -> int:
+        free = self.capacity - len(self._items)
+        n = len(exps) if len(exps) <= self.capacity else min(free, len(exps))
+        if n > free or n == 0:
+            return 0
+        self._items.extend(exps[:n])
+        return n
+
+    def _try_get(self, batch_size: int) -> Optional[list[Experience]]:
+        if len(self._items) >= batch_size:
+            return [self._items.popleft() for _ in range(batch_size)]
+        if self._closed:
+            if not self._items:
+                raise EndOfStream
+            batch = list(self._items)
+            self._items.clear()
+            return batch
+        return None
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+
+@dataclass(order=True)
+class _Entry:
+    """An experience in the replay queue, ordered by (priority, age) for the sorted index."""
+
+    priority: float
+    seq: int  # negated insertion counter: among equal priorities the oldest sorts last
+    exp: Experience = field(compare=False)
+    use_count: int = field(default=0, compare=False)
+
+
+class PriorityReplayQueue(_BaseQueue):
+    """Priority replay queue (``storage_type: priority_queue`` or ``replay_buffer.enable``).
+
+    Entries are kept sorted by priority (a ``bisect`` index: O(log n) search, and reads and
+    evictions pop from the two ends). Experiences waiting out their reuse cooldown do not
+    count against ``capacity`` and are not readable; they are re-prioritized with their new
+    use count when the cooldown ends.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        capacity: int,
+        priority_fn: str = "linear_decay",
+        priority_fn_args: Optional[dict[str, Any]] = None,
+        reuse_cooldown_time: Optional[float] = None,
+    ) -> None:
+        super().__init__(name, capacity)
+        self.priority_fn: PriorityFunction = PRIORITY_FN.get(priority_fn)(
+            **(priority_fn_args or {})
+        )
+        self.reuse_cooldown_time = reuse_cooldown_time
+        self._entries: list[_Entry] = []  # ascending: lowest priority first
+        self._cooling: deque[tuple[float, _Entry]] = deque()  # (ready_at, entry), FIFO by time
+        self._counter = itertools.count()
+        self.evicted = 0  # experiences dropped by capacity (observable for tests/metrics)
+
+    def _insert(self, exp: Experience, use_count: int) -> None:
+        priority, keep = self.priority_fn(exp, use_count)
+        if not keep:
+            return
+        entry = _Entry(float(priority), -next(self._counter), exp, use_count)
+        if len(self._entries) >= self.capacity:
+            if entry.priority < self._entries[0].priority:
+                self.evicted += 1  # ranks below everything held: drop the newcomer
+                return
+            self._entries.pop(0)
+            self.evicted += 1
+        bisect.insort(self._entries, entry)
+
+    def _refill(self) -> None:
+        """Return experiences whose cooldown has ended."""
+        now = time.monotonic()
+        while self._cooling and self._cooling[0][0] <= now:
+            _, entry = self._cooling.popleft()
+            self._insert(entry.exp, entry.use_count)
+
+    def _try_put(self, exps: list[Experience]) -> int:
+        self._refill()
+        for exp in exps:
+            self._insert(exp, 0)
+        return len(exps)
+
+    def _try_get(self, batch_size: int) -> Optional[list[Experience]]:
+        self._refill()
+        if len(self._entries) < batch_size:
+            if not self._closed:
+                return None
+            if not self._entries:
+                raise EndOfStream
+            batch_size = len(self._entries)
+        taken = [self._entries.pop() for _ in range(batch_size)]  # highest priority first
+        now = time.monotonic()
+        out = []
+        for entry in taken:
+            entry.use_count += 1
+            entry.exp.info["use_count"] = entry.use_count
+            if self.reuse_cooldown_time is not None and not self._closed:
+                self._cooling.append((now + self.reuse_cooldown_time, entry))
+            out.append(entry.exp)
+        return out
+
+    def _next_event(self) -> float:
+        return self._cooling[0][0] if self._cooling else math.inf
+
+    def _on_close(self) -> None:
+        # no writer left: stop recycling so the stream can end once the queue is drained
+        self._cooling.clear()
+
+    def qsize(self) -> int:
+        return len(self._entries)
+
+    def priorities(self) -> list[float]:
+        """Priorities held, highest first (for inspection and tests)."""
+        with self._cond:
+            return [e.priority for e in reversed(self._entries)]
+
+
+def _is_priority(config: Any) -> bool:
+    replay = getattr(config, "replay_buffer", None)
+    return str(config.storage_type).lower() == "priority_queue" or bool(
+        replay is not None and getattr(replay, "enable", False)
+    )
+
+
+def build_queue(config: Any) -> Union[ExperienceQueue, PriorityReplayQueue]:
+    """A fresh queue for ``config`` (FIFO, or priority replay when asked for)."""
+    name = config.name or "<unnamed>"
+    if _is_priority(config):
+        replay = config.replay_buffer
+        return PriorityReplayQueue(
+            name,
+            config.capacity,
+            priority_fn=getattr(replay, "priority_fn", "linear_decay") or "linear_decay",
+            priority_fn_args=dict(getattr(replay, "priority_fn_args", None) or {}),
+            reuse_cooldown_time=getattr(replay, "reuse_cooldown_time", None),
+        )
+    return ExperienceQueue(name, config.capacity)
+
+
+_QUEUES: dict[str, Union[ExperienceQueue, PriorityReplayQueue]] = {}
+_QUEUES_LOCK = threading.Lock()
+
+
+def get_queue(config: Any) -> Union[ExperienceQueue, PriorityReplayQueue]:
+    """The process-wide queue named ``config.name``, created on first use — how a writer and
+    a reader built separately from the same config meet."""
+    with _QUEUES_LOCK:
+        queue = _QUEUES.get(config.name)
+        if queue is None:
+            queue = _QUEUES[config.name] = build_queue(config)
+        return queue
+
+
+def remove_queue(name: str) -> None:
+    """Forget the named queue (the next :func:`get_queue` creates a fresh one)."""
+    with _QUEUES_LOCK:
+        _QUEUES.pop(name, None)
+
+
+def clear_queues() -> None:
+    """Forget every named queue (test isolation)."""
+    with _QUEUES_LOCK:
+        _QUEUES.clear()
+
+
+# --------------------------------------------------------------------------------------
+# Reader / writer
+# --------------------------------------------------------------------------------------
+
+
+class QueueWriter(BufferWriter):
+    """Writes into a queue storage (in-process by default, or the given Ray queue client)."""
+
+    def __init__(
+        self,
+        storage_config: Any,
+        queue: Optional[QueueLike] = None,
+        write_timeout: Optional[float] = None,
+    ) -> None:
+        self.config = storage_config
+        self.queue: QueueLike = queue if queue is not None else get_queue(storage_config)
+        self.write_timeout = write_timeout
+
+    def write(self, exps: Sequence[Experience]) -> None:
+        self.queue.put(list(exps), timeout=self.write_timeout)
+
+    async def write_async(self, exps: Sequence[Experience]) -> None:
+        await self.queue.put_async(list(exps), timeout=self.write_timeout)
+
+    def acquire(self) -> int:
+        return self.queue.acquire()
+
+    def release(self) -> int:
+        return self.queue.release()
+
+
+class QueueReader(BufferReader):
+    """Reads exactly ``batch_size`` experiences per call, waiting up to ``max_read_timeout``."""
+
+    def __init__(self, storage_config: Any, queue: Optional[QueueLike] = None) -> None:
+        super().__init__(storage_config)
+        self.queue: QueueLike = queue if queue is not None else get_queue(storage_config)
+        self.timeout: float = float(getattr(storage_config, "max_read_timeout", 1800))
+
+    def _read(self, batch_size: int) -> list[Experience]:
+        return self.queue.get(batch_size, timeout=self.timeout)
+
+    async def _read_async(self, batch_size: int) -> list[Experience]:
+        return await self.queue.get_async(batch_size, timeout=self.timeout)

@@ -1,0 +1,176 @@
+"""A queue storage served by a named Ray actor, for explorer and trainer in different processes.
+
+The actor is deliberately thin: it hosts the in-process queue of
+:mod:`trinity.buffer.storage.queue` (so FIFO, priority replay, blocking at capacity, read
+timeouts and end-of-stream behave exactly as in tests) and adds nothing but transport.
+
+* Experiences cross the process boundary as :meth:`Experience.serialize_many` bytes, never
+  pickles, like every other storage.
+* It is a *threaded* actor (``max_concurrency``): a reader blocked waiting for a batch must
+  not stop a writer from putting one, nor a release from ending the stream.
+* Outcomes come back as ``(status, payload)`` tuples rather than raised exceptions, so the
+  client re-raises the same exception types as the in-process queue (Ray would wrap them in
+  ``RayTaskError``, and cannot carry ``StopIteration`` at all).
+* The actor is named ``trinity_queue:<storage name>`` in the storage's ``ray_namespace``
+  (default: the caller's namespace) and created with ``get_if_exists``, so a writer in an
+  explorer actor and a reader in the trainer meet without passing handles around; it is
+  detached so that it outlives the task that happened to create it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import ray
+
+from trinity.buffer.buffer_reader import EndOfStream
+from trinity.buffer.storage.errors import (
+    QueueClosedError,
+    QueueReadTimeout,
+    QueueWriteTimeout,
+    StorageConfigError,
+    StorageError,
+)
+from trinity.buffer.storage.queue import build_queue
+from trinity.common.experience import Experience
+
+__all__ = ["QueueActor", "RayQueueClient", "get_ray_queue", "kill_ray_queue", "ray_queue_name"]
+
+_MAX_CONCURRENCY = 64
+_ERRORS: dict[str, type[Exception]] = {
+    "read_timeout": QueueReadTimeout,
+    "write_timeout": QueueWriteTimeout,
+    "closed": QueueClosedError,
+    "config": StorageConfigError,
+    "value": ValueError,
+}
+
+
+def _outcome(exc: BaseException) -> tuple[str, Any]:
+    if isinstance(exc, EndOfStream):
+        return "end", None
+    for status, cls in _ERRORS.items():
+        if isinstance(exc, cls):
+            return status, str(exc)
+    raise exc
+
+
+class QueueActor:
+    """The actor body: one queue built from the storage config, bytes in and out."""
+
+    def __init__(self, storage_config: Any) -> None:
+        self.queue = build_queue(storage_config)
+
+    def put(self, payload: bytes, timeout: Optional[float]) -> tuple[str, Any]:
+        try:
+            self.queue.put(Experience.deserialize_many(payload), timeout=timeout)
+            return "ok", None
+        except (QueueWriteTimeout, QueueClosedError) as exc:
+            return _outcome(exc)
+
+    def get(self, batch_size: int, timeout: Optional[float]) -> tuple[str, Any]:
+        try:
+            return "ok", Experience.serialize_many(self.queue.get(batch_size, timeout=timeout))
+        except (EndOfStream, QueueReadTimeout, StorageConfigError, ValueError) as exc:
+            return _outcome(exc)
+
+    def acquire(self) -> int:
+        return self.queue.acquire()
+
+    def release(self) -> int:
+        return self.queue.release()
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def qsize(self) -> int:
+        return self.queue.qsize()
+
+
+def _raise_for(status: str, payload: Any) -> Any:
+    if status == "ok":
+        return payload
+    if status == "end":
+        raise EndOfStream
+    raise _ERRORS.get(status, StorageError)(payload)
+
+
+class RayQueueClient:
+    """Driver-side handle with the same methods as the in-process queues (``QueueLike``)."""
+
+    def __init__(self, actor: Any, name: str) -> None:
+        self.actor = actor
+        self.name = name
+
+    def put(self, exps: Sequence[Experience], timeout: Optional[float] = None) -> None:
+        if exps:
+            payload = Experience.serialize_many(list(exps))
+            _raise_for(*ray.get(self.actor.put.remote(payload, timeout)))
+
+    async def put_async(self, exps: Sequence[Experience], timeout: Optional[float] = None) -> None:
+        if exps:
+            payload = Experience.serialize_many(list(exps))
+            _raise_for(*(await self.actor.put.remote(payload, timeout)))
+
+    def get(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]:
+        payload = _raise_for(*ray.get(self.actor.get.remote(batch_size, timeout)))
+        return Experience.deserialize_many(payload)
+
+    async def get_async(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]:
+        payload = _raise_for(*(await self.actor.get.remote(batch_size, timeout)))
+        return Experience.deserialize_many(payload)
+
+    def acquire(self) -> int:
+        return ray.get(self.actor.acquire.remote())
+
+    def release(self) -> int:
+        return ray.get(self.actor.release.remote())
+
+    def close(self) -> None:
+        ray.get(self.actor.close.remote())
+
+    def qsize(self) -> int:
+        return ray.get(self.actor.qsize.remote())
+
+
+def ray_queue_name(storage_config: Any) -> str:
+    """The Ray actor name of a queue storage."""
+    return f"trinity_queue:{storage_config.name}"
+
+
+def _namespace(storage_config: Any) -> str:
+    return getattr(storage_config, "ray_namespace", None) or ray.get_runtime_context().namespace
+
+
+def get_ray_queue(storage_config: Any) -> RayQueueClient:
+    """The queue actor for ``storage_config`` (created on first use, shared by name)."""
+    if not ray.is_initialized():
+        raise RuntimeError(
+            f"queue {storage_config.name!r}: the Ray actor queue needs ray.init() first "
+            "(or build the reader/writer with use_ray=False for an in-process queue)"
+        )
+    actor = (
+        ray.remote(QueueActor)
+        .options(
+            name=ray_queue_name(storage_config),
+            namespace=_namespace(storage_config),
+            get_if_exists=True,
+            lifetime="detached",
+            max_concurrency=_MAX_CONCURRENCY,
+            num_cpus=0,
+        )
+        .remote(storage_config)
+    )
+    return RayQueueClient(actor, storage_config.name or "<unnamed>")
+
+
+def kill_ray_queue(storage_config: Any) -> bool:
+    """Kill the queue actor of ``storage_config`` (it is detached, so nothing else does);
+    returns whether one existed."""
+    try:
+        actor = ray.get_actor(ray_queue_name(storage_config), namespace=_namespace(storage_config))
+    except ValueError:
+        return False
+    ray.kill(actor)
+    return True

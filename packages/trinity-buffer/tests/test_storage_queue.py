@@ -1,0 +1,331 @@
+"""In-process queue storages: bounded FIFO, priority replay, end-of-stream, config errors."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from trinity.buffer.buffer_reader import get_buffer_reader
+from trinity.buffer.buffer_writer import get_buffer_writer
+from trinity.buffer.storage.errors import (
+    QueueClosedError,
+    QueueReadTimeout,
+    QueueWriteTimeout,
+    StorageConfigError,
+)
+from trinity.buffer.storage.queue import (
+    ExperienceQueue,
+    PriorityReplayQueue,
+    QueueReader,
+    QueueWriter,
+    clear_queues,
+)
+from trinity.common.config import ExperienceBufferConfig, ReplayBufferConfig, StorageConfig
+from trinity.common.experience import Experience
+from trinity.common.protocols import ExperienceReader
+
+
+def make_exp(i: int, version: int = 0) -> Experience:
+    return Experience(
+        tokens=torch.tensor([1, 2, 3, 4 + i]),
+        prompt_length=2,
+        logprobs=torch.tensor([-0.5, -float(i)]),
+        reward=float(i),
+        info={"i": i},
+        model_version=version,
+    )
+
+
+def ids(exps: list[Experience]) -> list[int]:
+    return [e.info["i"] for e in exps]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_queues():
+    clear_queues()
+    yield
+    clear_queues()
+
+
+def queue_config(name: str = "q", **kw) -> ExperienceBufferConfig:
+    kw.setdefault("capacity", 8)
+    kw.setdefault("max_read_timeout", 5)
+    kw.setdefault("batch_size", 2)
+    return ExperienceBufferConfig(name=name, storage_type="queue", **kw)
+
+
+def pair(cfg, **kw) -> tuple[QueueWriter, QueueReader]:
+    writer = get_buffer_writer(cfg, use_ray=False, **kw)
+    reader = get_buffer_reader(cfg, use_ray=False)
+    assert isinstance(writer, QueueWriter) and isinstance(reader, QueueReader)
+    return writer, reader
+
+
+# ---- FIFO queue ----------------------------------------------------------------------
+
+
+def test_reader_and_writer_meet_by_name_and_read_exact_batches():
+    writer, reader = pair(queue_config("meet"))
+    other = get_buffer_reader(queue_config("other", max_read_timeout=0.05), use_ray=False)
+    assert reader.queue is writer.queue and other.queue is not writer.queue
+    assert isinstance(reader, ExperienceReader)  # what the trainer's sample strategies take
+    writer.write([make_exp(i) for i in range(5)])
+    assert ids(reader.read()) == [0, 1]  # batch_size from the config
+    assert ids(reader.read(3)) == [2, 3, 4]
+    with pytest.raises(QueueReadTimeout):
+        other.read()
+
+
+def test_write_blocks_at_capacity_until_a_reader_frees_space():
+    writer, reader = pair(queue_config("cap", capacity=4))
+    writer.write([make_exp(i) for i in range(4)])
+    done = threading.Event()
+
+    def produce():
+        writer.write([make_exp(4), make_exp(5)])
+        done.set()
+
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    assert not done.wait(0.3), "a write into a full queue must block"
+    assert writer.queue.qsize() == 4
+    assert ids(reader.read(2)) == [0, 1]
+    assert done.wait(2), "the write must go through once a reader frees space"
+    t.join(2)
+    assert ids(reader.read(4)) == [2, 3, 4, 5]
+
+
+def test_write_timeout_at_capacity_is_a_clear_error_and_writes_nothing():
+    writer, reader = pair(queue_config("full", capacity=3), write_timeout=0.2)
+    writer.write([make_exp(i) for i in range(2)])
+    start = time.monotonic()
+    with pytest.raises(QueueWriteTimeout, match=r"queue 'full' stayed at capacity \(3\)"):
+        writer.write([make_exp(2), make_exp(3)])
+    assert 0.15 < time.monotonic() - start < 2
+    assert writer.queue.qsize() == 2  # all-or-nothing: no half batch
+
+
+def test_write_larger_than_capacity_streams_through():
+    writer, reader = pair(queue_config("big", capacity=3))
+    t = threading.Thread(target=writer.write, args=([make_exp(i) for i in range(7)],))
+    t.start()
+    got: list[int] = []
+    while len(got) < 7:
+        got += ids(reader.read(1))
+    t.join(2)
+    assert got == list(range(7))
+
+
+def test_read_waits_then_times_out_naming_the_storage_without_losing_data():
+    writer, reader = pair(queue_config("slow", max_read_timeout=0.3))
+    writer.write([make_exp(0)])
+    start = time.monotonic()
+    with pytest.raises(QueueReadTimeout, match="queue 'slow'.*waiting for 2 experiences, 1"):
+        reader.read()
+    assert 0.25 < time.monotonic() - start < 3
+    # a read that waits is served as soon as the batch is complete
+    threading.Timer(0.1, writer.write, args=([make_exp(1)],)).start()
+    assert ids(reader.read()) == [0, 1]
+
+
+def test_end_of_stream_when_every_writer_released():
+    cfg = queue_config("eos", max_read_timeout=0.3)
+    w1, reader = pair(cfg)
+    w2 = get_buffer_writer(cfg, use_ray=False)
+    assert w1.acquire() == 1 and w2.acquire() == 2
+    w1.write([make_exp(i) for i in range(3)])
+    w2.write([make_exp(i) for i in range(3, 5)])
+    assert w1.release() == 1
+    assert ids(reader.read()) == [0, 1]
+    assert ids(reader.read()) == [2, 3]
+    with pytest.raises(QueueReadTimeout):  # one writer is still live: wait, do not stop
+        reader.read()
+    assert w2.release() == 0
+    assert ids(reader.read()) == [4]  # the remainder, then the end
+    with pytest.raises(StopIteration):
+        reader.read()
+    with pytest.raises(QueueClosedError, match="'eos'"):
+        w1.write([make_exp(9)])
+
+
+def test_release_wakes_a_blocked_reader_instead_of_hanging():
+    writer, reader = pair(queue_config("wake", max_read_timeout=60))
+    writer.acquire()
+    result: dict[str, object] = {}
+
+    def consume():
+        try:
+            result["batch"] = reader.read()
+        except StopIteration:
+            result["stop"] = True
+
+    t = threading.Thread(target=consume, daemon=True)
+    start = time.monotonic()
+    t.start()
+    time.sleep(0.1)
+    writer.release()
+    t.join(5)
+    assert result == {"stop": True} and time.monotonic() - start < 5
+
+
+def test_async_read_write_end_of_stream_and_cancellation_safety():
+    writer, reader = pair(queue_config("aio", max_read_timeout=5))
+
+    async def main() -> list[int]:
+        writer.acquire()
+        # a cancelled read must not swallow data that arrives later
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(reader.read_async(), 0.1)
+        await writer.write_async([make_exp(i) for i in range(3)])
+        got = ids(await reader.read_async())
+        late = asyncio.create_task(reader.read_async())  # waits for the 4th experience
+        await asyncio.sleep(0.05)
+        await writer.write_async([make_exp(3)])
+        got += ids(await late)
+        writer.release()
+        with pytest.raises(StopAsyncIteration):
+            await reader.read_async()
+        return got
+
+    assert asyncio.run(main()) == [0, 1, 2, 3]
+
+
+def test_async_write_blocks_at_capacity():
+    writer, reader = pair(queue_config("aio-cap", capacity=2))
+
+    async def main() -> None:
+        await writer.write_async([make_exp(0), make_exp(1)])
+        task = asyncio.create_task(writer.write_async([make_exp(2)]))
+        await asyncio.sleep(0.1)
+        assert not task.done()
+        assert ids(await reader.read_async(1)) == [0]
+        await asyncio.wait_for(task, 2)
+
+    asyncio.run(main())
+    assert ids(reader.read(2)) == [1, 2]
+
+
+def test_batch_larger_than_capacity_is_rejected():
+    _, reader = pair(queue_config("small", capacity=2))
+    with pytest.raises(StorageConfigError, match="batch_size 3 exceeds capacity 2"):
+        reader.read(3)
+
+
+# ---- priority replay queue -------------------------------------------------------------
+
+
+def prio_config(name: str = "pq", **replay) -> ExperienceBufferConfig:
+    return ExperienceBufferConfig(
+        name=name,
+        storage_type="priority_queue",
+        capacity=4,
+        max_read_timeout=0.3,
+        batch_size=2,
+        replay_buffer=ReplayBufferConfig(**replay),
+    )
+
+
+def test_priority_queue_reads_highest_model_version_first():
+    writer, reader = pair(prio_config())
+    assert isinstance(writer.queue, PriorityReplayQueue)
+    writer.write([make_exp(i, version=v) for i, v in enumerate([1, 5, 3, 4])])
+    assert ids(reader.read()) == [1, 3]  # versions 5, 4
+    assert ids(reader.read()) == [2, 0]  # versions 3, 1
+
+
+def test_replay_enable_on_a_plain_queue_selects_the_priority_queue():
+    cfg = queue_config("replay", replay_buffer=ReplayBufferConfig(enable=True))
+    writer, _ = pair(cfg)
+    assert isinstance(writer.queue, PriorityReplayQueue)
+    writer2, _ = pair(queue_config("plain"))
+    assert isinstance(writer2.queue, ExperienceQueue)
+
+
+def test_priority_capacity_evicts_lowest_priority():
+    writer, reader = pair(prio_config())
+    writer.write([make_exp(i, version=v) for i, v in enumerate([3, 1, 4, 2])])
+    writer.write([make_exp(10, version=5)])  # full: evicts version 1
+    writer.write([make_exp(11, version=0)])  # ranks below everything held: dropped
+    q = writer.queue
+    assert q.qsize() == 4 and q.priorities() == [5.0, 4.0, 3.0, 2.0] and q.evicted == 2
+    assert ids(reader.read(4)) == [10, 2, 0, 3]
+
+
+def test_priority_reuse_with_cooldown_and_use_count_decay():
+    writer, reader = pair(
+        prio_config("reuse", reuse_cooldown_time=0.3, priority_fn_args={"decay": 2.0})
+    )
+    writer.write([make_exp(0, version=3), make_exp(1, version=2)])
+    first = reader.read()
+    assert ids(first) == [0, 1] and [e.info["use_count"] for e in first] == [1, 1]
+    writer.write([make_exp(2, version=2), make_exp(3, version=0)])
+    # cooling down: not readable yet, the fresh ones are
+    assert ids(reader.read()) == [2, 3]
+    start = time.monotonic()
+    again = reader.read()  # waits for the cooldown to end
+    assert 0.1 < time.monotonic() - start < 3
+    # priorities after one use: 3 - 2 = 1 and 2 - 2 = 0 -> exp 0 first
+    assert ids(again) == [0, 1] and [e.info["use_count"] for e in again] == [2, 2]
+    # exps 2 and 3 are back too, with their decayed priorities 2 - 2 and 0 - 2
+    assert writer.queue.priorities() == [0.0, -2.0]
+
+
+def test_priority_use_count_limit_and_end_of_stream():
+    writer, reader = pair(
+        prio_config(
+            "limit",
+            priority_fn="decay_limit_randomization",
+            reuse_cooldown_time=0.0,
+            priority_fn_args={"decay": 1.0, "use_count_limit": 2},
+        )
+    )
+    writer.acquire()
+    writer.write([make_exp(0, version=1), make_exp(1, version=1)])
+    assert ids(reader.read()) == [0, 1]
+    assert ids(reader.read()) == [0, 1]  # reused once more, then over the limit
+    with pytest.raises(QueueReadTimeout, match="queue 'limit'"):
+        reader.read()
+    writer.write([make_exp(2, version=0)])
+    writer.release()
+    assert ids(reader.read()) == [2]
+    with pytest.raises(StopIteration):
+        reader.read()
+
+
+def test_unknown_priority_fn_is_named():
+    with pytest.raises(KeyError, match="linear_decy"):
+        pair(prio_config("bad", priority_fn="linear_decy"))
+
+
+# ---- config errors -------------------------------------------------------------------
+
+
+def test_unknown_storage_type_is_a_clear_error():
+    cfg = StorageConfig.model_construct(name="x", storage_type="redis", path=None)
+    with pytest.raises(StorageConfigError, match="unknown storage_type 'redis'"):
+        get_buffer_reader(cfg)
+    with pytest.raises(StorageConfigError, match="storage_type"):
+        get_buffer_writer(cfg)
+    with pytest.raises(ValidationError, match="storage_type"):
+        get_buffer_writer({"name": "x", "storage_type": "redis"})
+
+
+@pytest.mark.parametrize("storage_type", ["sql", "file"])
+def test_missing_path_is_a_clear_error(storage_type):
+    cfg = StorageConfig(name="offline", storage_type=storage_type)
+    with pytest.raises(StorageConfigError, match=rf"'offline'.*'{storage_type}' needs `path`"):
+        get_buffer_writer(cfg)
+    with pytest.raises(StorageConfigError, match="`path`"):
+        get_buffer_reader(cfg)
+
+
+def test_missing_batch_size_is_a_clear_error():
+    cfg = queue_config("nobs", batch_size=0)
+    reader = get_buffer_reader(cfg, use_ray=False)
+    with pytest.raises(StorageConfigError, match="batch_size"):
+        reader.read()

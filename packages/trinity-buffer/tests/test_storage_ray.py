@@ -1,0 +1,120 @@
+"""The Ray actor queue: writers in Ray tasks/actors and a reader in the driver meet by name."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from trinity.buffer.buffer_reader import get_buffer_reader  # noqa: E402
+from trinity.buffer.buffer_writer import get_buffer_writer  # noqa: E402
+from trinity.buffer.storage.errors import QueueReadTimeout  # noqa: E402
+from trinity.buffer.storage.queue import PriorityReplayQueue  # noqa: E402
+from trinity.buffer.storage.ray_queue import RayQueueClient, kill_ray_queue  # noqa: E402
+from trinity.common.config import ExperienceBufferConfig  # noqa: E402
+from trinity.common.experience import Experience  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster(tmp_path_factory):
+    # the remote functions below live in this test module, which Ray workers cannot import
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _temp_dir=str(tmp_path_factory.mktemp("ray")),
+        log_to_driver=False,
+    )
+    yield
+    ray.shutdown()
+
+
+def make_exp(i: int, version: int = 0) -> Experience:
+    return Experience(
+        tokens=torch.tensor([1, 2, 3 + i]),
+        prompt_length=2,
+        logprobs=torch.tensor([-0.1 * i]),
+        info={"i": i},
+        model_version=version,
+    )
+
+
+def config(name: str, **kw) -> ExperienceBufferConfig:
+    kw.setdefault("capacity", 6)
+    kw.setdefault("max_read_timeout", 20)
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("storage_type", "queue")
+    return ExperienceBufferConfig(name=name, **kw)
+
+
+@ray.remote(num_cpus=1)
+def produce(cfg: ExperienceBufferConfig, batches: int, per_batch: int) -> int:
+    writer = get_buffer_writer(cfg)  # Ray is initialized in the worker: the actor queue
+    writer.acquire()
+    for b in range(batches):
+        writer.write([make_exp(b * per_batch + j) for j in range(per_batch)])
+    writer.release()
+    return batches * per_batch
+
+
+def test_writer_task_and_driver_reader_exchange_experiences_until_end_of_stream():
+    cfg = config("ray-fifo")
+    reader = get_buffer_reader(cfg)
+    assert isinstance(reader.queue, RayQueueClient)  # chosen because ray.is_initialized()
+    # 5 batches of 3 = 15 experiences through a capacity-6 queue: the task must block on
+    # capacity until the driver reads, and the driver ends on the task's release
+    ref = produce.remote(cfg, batches=5, per_batch=3)
+    got: list[int] = []
+    while True:
+        try:
+            batch = reader.read()
+        except StopIteration:
+            break
+        got += [e.info["i"] for e in batch]
+        assert len(batch) == 4 or len(got) == 15
+    assert ray.get(ref) == 15
+    assert got == list(range(15))
+    assert reader.queue.qsize() == 0
+    assert kill_ray_queue(cfg)
+
+
+def test_actor_writer_async_reader_and_errors_cross_the_process_boundary():
+    cfg = config("ray-prio", storage_type="priority_queue", max_read_timeout=0.5)
+
+    @ray.remote(num_cpus=0)
+    class Explorer:
+        def __init__(self, cfg):
+            self.writer = get_buffer_writer(cfg)
+            self.writer.acquire()
+
+        async def explore(self, versions):
+            await self.writer.write_async([make_exp(i, version=v) for i, v in enumerate(versions)])
+
+        def finish(self):
+            return self.writer.release()
+
+    explorer = Explorer.remote(cfg)
+    ray.get(explorer.explore.remote([1, 4, 2, 3]))
+    reader = get_buffer_reader(cfg)
+
+    async def read() -> list[int]:
+        return [e.info["i"] for e in await reader.read_async(2)]
+
+    assert asyncio.run(read()) == [1, 3]  # model versions 4 and 3 first
+    start = time.monotonic()
+    with pytest.raises(QueueReadTimeout, match="queue 'ray-prio'"):
+        reader.read(3)  # two left, the explorer is still live
+    assert time.monotonic() - start < 10
+    assert ray.get(explorer.finish.remote()) == 0
+    assert [e.info["i"] for e in reader.read()] == [2, 0]
+    with pytest.raises(StopIteration):
+        reader.read()
+    # the factory's in-process option still works while Ray is up
+    local = get_buffer_writer(cfg.model_copy(update={"wrap_in_ray": False}))
+    assert isinstance(local.queue, PriorityReplayQueue)
+    assert kill_ray_queue(cfg)
