@@ -18,6 +18,23 @@ mkdir -p "$ARTIFACTS"
 rm -f "$ARTIFACTS"/junit-*.xml
 failed=()
 
+# A throwaway PostgreSQL server for the SQL-storage tests ("any SQLAlchemy URL works").
+# Required where TRINITY_REQUIRE_POSTGRES=1 (.ci/run); elsewhere its tests skip, saying why.
+if [ -z "${TRINITY_TEST_POSTGRES_URL:-}" ]; then
+  PG_DIR=$(mktemp -d /tmp/trinity-pg.XXXXXX)
+  chmod 755 "$PG_DIR"
+  if url=$("$ROOT/scripts/postgres.sh" start "$PG_DIR" 2>"$PG_DIR/start.log"); then
+    export TRINITY_TEST_POSTGRES_URL=$url
+    trap '"$ROOT/scripts/postgres.sh" stop "$PG_DIR"; rm -rf "$PG_DIR"' EXIT
+    echo "=== PostgreSQL test server: $url"
+  elif [ "${TRINITY_REQUIRE_POSTGRES:-0}" = 1 ]; then
+    echo "=== could not start the PostgreSQL test server:" >&2; cat "$PG_DIR/start.log" >&2
+    exit 1
+  else
+    echo "=== no PostgreSQL test server (its tests will skip): $(tail -1 "$PG_DIR/start.log")"
+  fi
+fi
+
 run_pytest() {  # name python test-path
   local name=$1 python=$2 path=$3 rc=0
   echo "=== [$name] pytest $path"

@@ -234,8 +234,22 @@ def test_apply_algorithm_defaults_rederives_batch_sizes_from_the_type():
 
 @pytest.mark.parametrize(
     "name",
-    ["ppo", "grpo", "dapo", "opmd", "rloo", "reinforceplusplus", "gspo", "cispo", "topr",
-     "asymre", "sapo", "dpo", "sft", "mix"],
+    [
+        "ppo",
+        "grpo",
+        "dapo",
+        "opmd",
+        "rloo",
+        "reinforceplusplus",
+        "gspo",
+        "cispo",
+        "topr",
+        "asymre",
+        "sapo",
+        "dpo",
+        "sft",
+        "mix",
+    ],
 )
 def test_each_algorithm_type_is_one_line_of_yaml(name, tmp_path):
     """`algorithm: {algorithm_type: NAME}` alone resolves and builds every component."""

@@ -346,3 +346,36 @@ def test_task_pipeline_configuration_errors(tmp_path):
     # not exploring, or no task pipeline: nothing to do
     assert check_and_run_task_pipeline(load_config({"mode": "train"})) == {}
     assert check_and_run_task_pipeline(load_config({"mode": "explore"})) == {}
+
+
+def test_a_whole_config_writes_to_the_trainers_input_buffer(tmp_path):
+    """No writer given: the pipeline opens buffer.trainer_input.experience_buffer itself."""
+    from trinity.buffer.buffer_reader import get_buffer_reader
+    from trinity.buffer.pipelines import ExperiencePipeline
+    from trinity.common.config import Config
+    from trinity.common.experience import Experience
+
+    db = tmp_path / "exps.db"
+    config = Config.from_dict(
+        {
+            "mode": "train",
+            "buffer": {
+                "train_batch_size": 2,
+                "trainer_input": {
+                    "experience_buffer": {"name": "exps", "storage_type": "sql", "path": str(db)}
+                },
+            },
+            "data_processor": {
+                "experience_pipeline": {
+                    "operators": [{"name": "reward_filter", "args": {"threshold": 0.5}}]
+                }
+            },
+        }
+    )
+    pipeline = ExperiencePipeline(config)
+    exps = [Experience(tokens=[1, 2, 3], prompt_length=1, reward=r) for r in (0.0, 1.0, 0.9)]
+    metrics = pipeline.process_sync(exps)
+    pipeline.writer.release()
+    assert metrics["experience_pipeline/filtered_count"] == 1
+    read = get_buffer_reader(config.buffer.trainer_input.experience_buffer).read(2)
+    assert sorted(e.reward for e in read) == [0.9, 1.0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import uuid
 
 import pyarrow.parquet as pq
 import pytest
@@ -272,3 +273,30 @@ def test_single_parquet_file_is_readable_but_not_appendable(tmp_path):
 
     with pytest.raises(StorageConfigError, match="single parquet file"):
         get_buffer_writer(cfg("file", str(single))).write(make_exps(1))
+
+
+# ---- PostgreSQL (a real server; scripts/test.sh starts one, see scripts/postgres.sh) ----------
+POSTGRES_URL = os.environ.get("TRINITY_TEST_POSTGRES_URL")
+
+
+@pytest.mark.skipif(
+    not POSTGRES_URL,
+    reason="no PostgreSQL server: set TRINITY_TEST_POSTGRES_URL (scripts/test.sh starts one)",
+)
+def test_sql_storage_on_postgresql():
+    """Any SQLAlchemy URL works: the same storage on a live PostgreSQL server."""
+    name = f"pg-{uuid.uuid4().hex[:8]}"
+    exps = make_exps(10)
+    writer = get_buffer_writer(cfg("sql", POSTGRES_URL, name=name))
+    writer.write(exps[:6])
+    writer.write(exps[6:])
+    writer.release()
+    storage = SQLStorage(cfg("sql", POSTGRES_URL, name=name))
+    assert storage.engine.dialect.name == "postgresql"
+    assert storage.count() == 10
+    reader = get_buffer_reader(cfg("sql", POSTGRES_URL, name=name))
+    first = reader.read()
+    state = reader.state_dict()
+    resumed = get_buffer_reader(cfg("sql", POSTGRES_URL, name=name))
+    resumed.load_state_dict(state)
+    assert same(first + read_all(resumed), exps)

@@ -130,7 +130,8 @@ class ExperiencePipeline:
         config: the operators to run: a whole :class:`Config`, its ``data_processor``, its
             ``experience_pipeline`` section, the equivalent mapping, or a bare operator list.
         writer: the trainer's input buffer (``write`` / ``write_async``); required by
-            :meth:`process`, not by :meth:`apply`.
+            :meth:`process`, not by :meth:`apply`. When ``config`` is a whole :class:`Config`
+            and no writer is given, ``buffer.trainer_input.experience_buffer`` is opened.
         advantage_fn: ``advantage_fn(exps) -> (exps, metrics)``, run after the operators
             when the algorithm computes advantages outside the trainer; ``None`` otherwise.
         input_writer: where raw explorer output is saved before processing
@@ -155,6 +156,12 @@ class ExperiencePipeline:
         input_writer: Optional[Any] = None,
         operators: Optional[Sequence[ExperienceOperator]] = None,
     ) -> None:
+        if writer is None and isinstance(config, Config):
+            buffer = config.buffer.trainer_input.experience_buffer
+            if buffer is not None:
+                from trinity.buffer.buffer_writer import get_buffer_writer
+
+                writer = get_buffer_writer(buffer)
         self.config = _resolve_config(config)
         if operators is None:
             self.operators: list[ExperienceOperator] = create_operators(self.config.operators)
