@@ -232,29 +232,9 @@ def test_apply_algorithm_defaults_rederives_batch_sizes_from_the_type():
     assert apply_algorithm_defaults(Config.from_dict(data)).buffer.train_batch_size == 32
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "ppo",
-        "grpo",
-        "dapo",
-        "opmd",
-        "rloo",
-        "reinforceplusplus",
-        "gspo",
-        "cispo",
-        "topr",
-        "asymre",
-        "sapo",
-        "dpo",
-        "sft",
-        "mix",
-    ],
-)
+@pytest.mark.parametrize("name", ALGORITHM_TYPE.list())
 def test_each_algorithm_type_is_one_line_of_yaml(name, tmp_path):
     """`algorithm: {algorithm_type: NAME}` alone resolves and builds every component."""
-    from trinity.common.config import load_config
-
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"algorithm:\n  algorithm_type: {name}\n")
     resolved = resolve_algorithm(load_config(cfg))
