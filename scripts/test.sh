@@ -35,6 +35,24 @@ if [ -z "${TRINITY_TEST_POSTGRES_URL:-}" ]; then
   fi
 fi
 
+# bubblewrap isolates the code sandbox of trinity-workflows (code_workflow). Installed from
+# Debian's packages when missing; required where TRINITY_REQUIRE_SANDBOX=1 (.ci/run), elsewhere
+# the sandbox tests skip, saying why.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "=== installing bubblewrap (code sandbox)"
+    (apt-get install -y -qq bubblewrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)) \
+      >/dev/null 2>&1 || true
+  fi
+  if ! command -v bwrap >/dev/null 2>&1; then
+    if [ "${TRINITY_REQUIRE_SANDBOX:-0}" = 1 ]; then
+      echo "=== bubblewrap (bwrap) is required for the code-sandbox tests and could not be installed" >&2
+      exit 1
+    fi
+    echo "=== no bubblewrap: the code-sandbox tests will skip"
+  fi
+fi
+
 run_pytest() {  # name python test-path
   local name=$1 python=$2 path=$3 rc=0
   echo "=== [$name] pytest $path"

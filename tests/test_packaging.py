@@ -106,12 +106,12 @@ def test_wheels_depend_on_siblings_through_bounded_ranges(dist_dir):
             ), "trinity-core depends on no sibling"
 
 
-def test_core_and_algorithms_install_alone_into_a_fresh_environment(dist_dir, tmp_path):
+def _fresh_env(tmp_path: Path, wheels: list[Path]) -> tuple[str, dict[str, str]]:
+    """A new virtual environment holding only ``wheels`` (and their PyPI dependencies)."""
     uv = _uv()
     venv = tmp_path / "venv"
     subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    wheels = _wheels(dist_dir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIRTUAL_ENV")}
     # torch first, so a local CPU build of the locked release is taken when one is at hand.
     subprocess.run(
@@ -121,21 +121,19 @@ def test_core_and_algorithms_install_alone_into_a_fresh_environment(dist_dir, tm
         env=env,
     )
     subprocess.run(
-        [
-            uv,
-            "pip",
-            "install",
-            "--quiet",
-            "--python",
-            python,
-            *_find_links(),
-            str(wheels["trinity_core"]),
-            str(wheels["trinity_algorithms"]),
-        ],
+        [uv, "pip", "install", "--quiet", "--python", python, *_find_links(), *map(str, wheels)],
         check=True,
         timeout=900,
         env=env,
     )
+    return python, env
+
+
+def test_core_and_algorithms_install_alone_into_a_fresh_environment(dist_dir, tmp_path):
+    uv = _uv()
+    wheels = _wheels(dist_dir)
+    python, env = _fresh_env(tmp_path, [wheels["trinity_core"], wheels["trinity_algorithms"]])
+    venv = tmp_path / "venv"
     code = (
         "import importlib.util, importlib.metadata as md\n"
         "import trinity.algorithm, trinity.common.experience, trinity.common.config\n"
@@ -185,3 +183,22 @@ def test_core_and_algorithms_install_alone_into_a_fresh_environment(dist_dir, tm
         check=True,
     ).stdout
     assert str(venv) in where, f"tests must exercise the installed wheel, not the source: {where}"
+
+
+def test_workflows_install_alone_and_serve_names_from_yaml(dist_dir, tmp_path):
+    """``pip install trinity-workflows``: built-ins resolve by name with nothing imported."""
+    wheels = _wheels(dist_dir)
+    python, env = _fresh_env(tmp_path, [wheels["trinity_core"], wheels["trinity_workflows"]])
+    code = (
+        "import importlib.util\n"
+        "from trinity.common.workflows import Task, run_task, MathWorkflow, WORKFLOWS\n"
+        "from trinity.common.models.testing import FakeModelWrapper\n"
+        "for gone in ('trinity.launcher', 'trinity.buffer', 'trinity.algorithm'):\n"
+        "    assert importlib.util.find_spec(gone) is None, gone\n"
+        "task = Task(workflow='math_workflow', raw_task={'prompt': '1/2?', 'response': '0.5'})\n"
+        "exp, = run_task(task, FakeModelWrapper('<think>a</think><answer>\\\\frac12</answer>'))\n"
+        "print(exp.reward, MathWorkflow.__module__, 'frozen_lake_workflow' in WORKFLOWS.list())\n"
+    )
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1.1", "trinity.workflows.single_turn", "True"]

@@ -271,8 +271,10 @@ def test_priority_reuse_with_cooldown_and_use_count_decay():
     assert 0.1 < time.monotonic() - start < 3
     # priorities after one use: 3 - 2 = 1 and 2 - 2 = 0 -> exp 0 first
     assert ids(again) == [0, 1] and [e.info["use_count"] for e in again] == [2, 2]
-    # exps 2 and 3 are back too, with their decayed priorities 2 - 2 and 0 - 2
-    assert writer.queue.priorities() == [0.0, -2.0]
+    # after another cooldown all four are back with decayed priorities: 2 and 3 used once
+    # (2 - 2, 0 - 2), 0 and 1 used twice (3 - 4, 2 - 4)
+    time.sleep(0.35)
+    assert writer.queue.priorities() == [0.0, -1.0, -2.0, -2.0]
 
 
 def test_priority_use_count_limit_and_end_of_stream():

@@ -40,7 +40,7 @@ def valid_config(tmp_path) -> Path:
               explorer_input:
                 taskset:
                   path: {data}
-                  default_workflow_type: my_workflow
+                  default_workflow_type: math_workflow
             """
         )
     )
@@ -127,3 +127,32 @@ def test_type_level_checks_refuse_sft_in_mode_both(valid_config, tmp_path):
     out = _run(str(BIN / "trinity-launch"), str(cfg))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "sft" in out.stderr.lower()
+
+
+def test_unknown_workflow_and_reward_names_are_refused_with_a_suggestion(valid_config):
+    text = valid_config.read_text().replace("math_workflow", "math_workflw")
+    text += "      default_reward_fn_type: no_such_reward\n"
+    valid_config.write_text(text)
+    out = _run(str(BIN / "trinity-launch"), str(valid_config))
+    assert out.returncode == 2, out.stdout
+    assert "buffer.explorer_input.taskset.default_workflow_type" in out.stderr
+    assert "Did you mean 'math_workflow'?" in out.stderr
+    assert "buffer.explorer_input.taskset.default_reward_fn_type" in out.stderr
+    assert "'no_such_reward'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_plugin_workflows_count_as_known_names(valid_config, tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "wf.py").write_text(
+        "from trinity.common.workflows import WORKFLOWS, Workflow\n"
+        "@WORKFLOWS.register_module('my_plugin_workflow')\n"
+        "class Mine(Workflow):\n"
+        "    def run(self):\n"
+        "        return []\n"
+    )
+    valid_config.write_text(valid_config.read_text().replace("math_workflow", "my_plugin_workflow"))
+    bare = _run(str(BIN / "trinity-launch"), str(valid_config))
+    assert bare.returncode == 2 and "my_plugin_workflow" in bare.stderr
+    out = _run(str(BIN / "trinity-launch"), str(valid_config), "--plugin-dir", str(plugins))
+    assert out.returncode == 0, out.stderr

@@ -15,8 +15,10 @@ from collections.abc import Sequence
 
 from trinity.algorithm import ALGORITHM_TYPE, apply_algorithm_defaults
 from trinity.common.config import Config, ConfigError, load_config
+from trinity.common.rewards import REWARD_FUNCTIONS
+from trinity.common.workflows import WORKFLOWS
 from trinity.utils.plugin_loader import PluginLoadError, load_plugins
-from trinity.utils.registry import RegistryError
+from trinity.utils.registry import RegistryError, UnknownModuleError
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -58,8 +60,41 @@ def prepare_config(config_path: str, plugin_dirs: Sequence[str] = ()) -> tuple[C
     load_plugins(plugin_dirs or None)
     config = apply_algorithm_defaults(load_config(config_path))
     config.check_and_update()
+    check_component_names(config)
     warnings = ALGORITHM_TYPE.get(config.algorithm.algorithm_type).check_config(config) or []
     return config, list(warnings)
+
+
+def check_component_names(config: Config) -> None:
+    """Refuse workflow / reward-function names nobody registered, before anything starts.
+
+    A typo would otherwise surface as a failed task in every batch of a started run. Names
+    are looked up in the registries, so built-ins (entry points of installed packages) and
+    plugins loaded from ``--plugin-dir`` count. Per-row names (``format.workflow_key``) are
+    checked when the rows are read.
+
+    Raises:
+        ValueError: naming the config field, the bad name and the closest known name.
+    """
+    explorer_input = config.buffer.explorer_input
+    sets = [("taskset", explorer_input.taskset)] if explorer_input.taskset is not None else []
+    sets += [(f"tasksets[{i}]", t) for i, t in enumerate(explorer_input.tasksets)]
+    sets += [(f"eval_tasksets[{i}]", t) for i, t in enumerate(explorer_input.eval_tasksets)]
+    errors = []
+    for where, taskset in sets:
+        for field, registry in (
+            ("default_workflow_type", WORKFLOWS),
+            ("default_reward_fn_type", REWARD_FUNCTIONS),
+        ):
+            name = getattr(taskset, field, None)
+            if name is None:
+                continue
+            try:
+                registry.get(name)
+            except UnknownModuleError as exc:
+                errors.append(f"buffer.explorer_input.{where}.{field}: {exc}")
+    if errors:
+        raise ValueError("\n".join(errors))
 
 
 def _validate(config_path: str, plugin_dirs: Sequence[str]) -> int:

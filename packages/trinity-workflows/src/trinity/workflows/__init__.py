@@ -1,4 +1,8 @@
-"""trinity.workflows: filled by its own issue; the package is published from day one so
-that the workspace, its lock and the per-package test matrix are real."""
+"""Trinity's built-in workflows (agent environments) and reward functions.
 
-__version__ = "0.1.0"
+Everything here registers in trinity-core's ``WORKFLOWS`` / ``REWARD_FUNCTIONS`` through entry
+points (see this package's ``pyproject.toml``), so ``default_workflow_type: math_workflow`` works
+with this package installed and nothing imported by hand, and ``trinity.common.workflows.MathWorkflow``
+(the guides' path) resolves to the class defined here. Importing ``trinity.workflows`` itself
+imports no environment: each module loads when its name is first used.
+"""

@@ -476,8 +476,12 @@ class PriorityReplayQueue(_BaseQueue):
         return len(self._entries)
 
     def priorities(self) -> list[float]:
-        """Priorities held, highest first (for inspection and tests)."""
+        """Priorities of the readable experiences, highest first (for inspection and tests).
+
+        Experiences whose cooldown has ended count as readable, as they would for a read.
+        """
         with self._cond:
+            self._refill()
             return [e.priority for e in reversed(self._entries)]
 
 

@@ -1,0 +1,67 @@
+"""Small helpers shared by the built-in workflows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from trinity.common.config import GenerationConfig
+from trinity.common.workflows import WORKFLOWS
+
+__all__ = ["generation_kwargs", "registered_name", "require_keys", "MissingTaskFieldError"]
+
+
+class MissingTaskFieldError(KeyError, ValueError):
+    """A task row lacks a field its workflow needs (names the field and the workflow)."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+def generation_kwargs(
+    rollout_args: Optional[GenerationConfig | Mapping[str, Any]], n: Optional[int] = None
+) -> dict[str, Any]:
+    """Sampling keyword arguments for ``ModelWrapper.chat`` from a task's ``rollout_args``.
+
+    ``n`` (the number of samples, usually the run's ``repeat_times``) overrides
+    ``rollout_args.n``; ``None`` values (an unset ``max_tokens``) are left out so the engine's
+    defaults apply. ``logprobs`` is not forwarded: it is the *top*-k count of the OpenAI API and
+    every engine already returns the sampled tokens' logprobs.
+    """
+    if rollout_args is None:
+        args: dict[str, Any] = {}
+    elif isinstance(rollout_args, Mapping):
+        args = dict(rollout_args)
+    else:
+        args = rollout_args.model_dump()
+    args.pop("logprobs", None)
+    if args.get("top_k") == -1:  # "disabled" in the config, i.e. the engine default
+        args.pop("top_k")
+    if n is not None:
+        args["n"] = int(n)
+    return {k: v for k, v in args.items() if v is not None}
+
+
+def require_keys(raw_task: Optional[Mapping[str, Any]], keys: Mapping[str, str], who: str) -> None:
+    """Refuse a task row without the fields a workflow needs.
+
+    Args:
+        raw_task: the task's row.
+        keys: ``{row key: config field that names it}`` (``{"question": "format.prompt_key"}``).
+        who: the workflow's registered name, for the message.
+    """
+    row = raw_task or {}
+    missing = [f"{key!r} (set by {field})" for key, field in keys.items() if key not in row]
+    if missing:
+        raise MissingTaskFieldError(
+            f"{who}: the task row lacks {', '.join(missing)}; the row has keys "
+            f"{sorted(row) or 'none'}. Point the format keys at the row's columns."
+        )
+
+
+def registered_name(cls: type) -> str:
+    """The name ``cls`` is registered under in ``WORKFLOWS`` (for messages), else its class name."""
+    for name, module in WORKFLOWS.modules.items():
+        if module is cls:
+            return name
+    return cls.__name__
