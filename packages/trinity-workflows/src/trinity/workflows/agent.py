@@ -48,8 +48,8 @@ from trinity.common.rewards import REWARD_FUNCTIONS, RewardFn
 from trinity.common.workflows import WORKFLOWS, MultiTurnWorkflow, Task, Workflow
 from trinity.workflows.common import (
     MissingTaskFieldError,
+    ResettableWorkflowMixin,
     generation_kwargs,
-    registered_name,
     require_keys,
 )
 from trinity.workflows.rewards.base import (
@@ -354,7 +354,7 @@ def _isolated_model(model: Any, who: str) -> Any:
 
 # ---------------------------------------------------------------------- AgentWorkflow
 @WORKFLOWS.register_module("agent_workflow")
-class AgentWorkflow(MultiTurnWorkflow):
+class AgentWorkflow(ResettableWorkflowMixin, MultiTurnWorkflow):
     """Answer a task's question with tools, ReAct-style; reward the final answer.
 
     Task row: the question (``format.prompt_key``, or a message list under
@@ -391,20 +391,6 @@ class AgentWorkflow(MultiTurnWorkflow):
     default_reward_fn: RewardSpec = "accuracy_reward"
     default_system_prompt: Optional[str] = AGENT_SYSTEM_PROMPT
     default_max_turns: int = 8
-
-    def __init__(
-        self,
-        *args: Any,
-        task: Optional[Task] = None,
-        model: Any = None,
-        auxiliary_models: Optional[list] = None,
-    ) -> None:
-        super().__init__(*args, task=task, model=model, auxiliary_models=auxiliary_models)
-        self.reset(self.task)
-
-    @property
-    def workflow_name(self) -> str:
-        return registered_name(type(self))
 
     # ------------------------------------------------------------------ setup
     def reset(self, task: Task) -> None:
@@ -789,7 +775,7 @@ class ToolCallRewardFn(RewardFn):
 
 # ---------------------------------------------------------------------- ToolCallWorkflow
 @WORKFLOWS.register_module("tool_call_workflow")
-class ToolCallWorkflow(Workflow):
+class ToolCallWorkflow(ResettableWorkflowMixin, Workflow):
     """Single-turn tool-call training (ToolACE style): call the right function, right arguments.
 
     Task row: the user prompt (``format.prompt_key``: a string, or a list of messages; or a
@@ -812,20 +798,6 @@ class ToolCallWorkflow(Workflow):
     is_async = True
 
     default_reward_fn: RewardSpec = ToolCallRewardFn
-
-    def __init__(
-        self,
-        *args: Any,
-        task: Optional[Task] = None,
-        model: Any = None,
-        auxiliary_models: Optional[list] = None,
-    ) -> None:
-        super().__init__(*args, task=task, model=model, auxiliary_models=auxiliary_models)
-        self.reset(self.task)
-
-    @property
-    def workflow_name(self) -> str:
-        return registered_name(type(self))
 
     def reset(self, task: Task) -> None:
         who = self.workflow_name

@@ -8,7 +8,13 @@ from typing import Any, Optional
 from trinity.common.config import GenerationConfig
 from trinity.common.workflows import WORKFLOWS
 
-__all__ = ["generation_kwargs", "registered_name", "require_keys", "MissingTaskFieldError"]
+__all__ = [
+    "generation_kwargs",
+    "registered_name",
+    "require_keys",
+    "MissingTaskFieldError",
+    "ResettableWorkflowMixin",
+]
 
 
 class MissingTaskFieldError(KeyError, ValueError):
@@ -65,3 +71,32 @@ def registered_name(cls: type) -> str:
         if module is cls:
             return name
     return cls.__name__
+
+
+class ResettableWorkflowMixin:
+    """Construct-then-``reset`` for the built-in workflows.
+
+    Every built-in reads its task in ``reset(task)`` so a runner can re-target one instance at
+    the next task instead of building a new one (``resettable = True``). Putting the
+    ``__init__`` here keeps the two paths identical: construction is ``reset`` on the first task.
+    Subclasses that need state before the first ``reset`` override :meth:`_setup`.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        task: Any = None,
+        model: Any = None,
+        auxiliary_models: Optional[list] = None,
+    ) -> None:
+        super().__init__(*args, task=task, model=model, auxiliary_models=auxiliary_models)  # type: ignore[call-arg]
+        self._setup()
+        self.reset(self.task)  # type: ignore[attr-defined]
+
+    def _setup(self) -> None:
+        """State created once per instance, before the first ``reset``."""
+
+    @property
+    def workflow_name(self) -> str:
+        """The registered name of this workflow (for messages), else its class name."""
+        return registered_name(type(self))

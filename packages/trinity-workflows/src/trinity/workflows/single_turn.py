@@ -21,8 +21,8 @@ from trinity.common.experience import Experience
 from trinity.common.workflows import WORKFLOWS, Task, Workflow
 from trinity.workflows.common import (
     MissingTaskFieldError,
+    ResettableWorkflowMixin,
     generation_kwargs,
-    registered_name,
     require_keys,
 )
 from trinity.workflows.rewards.base import (
@@ -59,7 +59,7 @@ BOXED_THINK_SYSTEM_PROMPT = (
 
 
 @WORKFLOWS.register_module("simple_workflow")
-class SimpleWorkflow(Workflow):
+class SimpleWorkflow(ResettableWorkflowMixin, Workflow):
     """Ask the task's prompt, score every sampled answer with the task's reward function.
 
     The reward function is ``taskset.default_reward_fn_type`` (or the row's own, see
@@ -79,22 +79,7 @@ class SimpleWorkflow(Workflow):
     #: whether a row must have ``format.response_key`` (a reference answer)
     requires_truth: bool = False
 
-    def __init__(
-        self,
-        *args: Any,
-        task: Optional[Task] = None,
-        model: Any = None,
-        auxiliary_models: Optional[list] = None,
-    ) -> None:
-        super().__init__(*args, task=task, model=model, auxiliary_models=auxiliary_models)
-        self.reset(self.task)
-
     # ------------------------------------------------------------------ setup
-    @property
-    def workflow_name(self) -> str:
-        """The registered name of this workflow (for messages), else its class name."""
-        return registered_name(type(self))
-
     def reset(self, task: Task) -> None:
         """Re-target this workflow at ``task`` (the model and auxiliary models stay)."""
         self.task = task

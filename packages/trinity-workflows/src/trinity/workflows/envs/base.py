@@ -37,7 +37,7 @@ from typing import Any, Optional
 
 from trinity.common.experience import Experience
 from trinity.common.workflows import MultiTurnWorkflow, Task
-from trinity.workflows.common import generation_kwargs, registered_name
+from trinity.workflows.common import ResettableWorkflowMixin, generation_kwargs
 
 __all__ = [
     "EnvironmentNotInstalledError",
@@ -171,7 +171,7 @@ def _positive_int(value: Any, name: str, who: str) -> int:
     return number
 
 
-class TextEnvWorkflow(MultiTurnWorkflow):
+class TextEnvWorkflow(ResettableWorkflowMixin, MultiTurnWorkflow):
     """Base of the environment workflows: one experience per episode, episodes in parallel.
 
     Subclasses implement the environment hooks (all may block; they run in a worker thread
@@ -203,24 +203,12 @@ class TextEnvWorkflow(MultiTurnWorkflow):
     #: system prompt used when neither the task set nor workflow_args gives one
     default_system_prompt: str = ""
 
-    def __init__(
-        self,
-        *args: Any,
-        task: Optional[Task] = None,
-        model: Any = None,
-        auxiliary_models: Optional[list] = None,
-    ) -> None:
-        super().__init__(*args, task=task, model=model, auxiliary_models=auxiliary_models)
+    def _setup(self) -> None:
         self.check_dependencies()
         self._idle_envs: list[Any] = []
         self._env_key: Optional[Hashable] = None
-        self.reset(self.task)
 
     # ------------------------------------------------------------------ setup
-    @property
-    def workflow_name(self) -> str:
-        """The registered name of this workflow (for messages), else its class name."""
-        return registered_name(type(self))
 
     @classmethod
     def check_dependencies(cls) -> None:
