@@ -55,7 +55,8 @@ sync_env() {
     for p in $(cuda_only_packages); do skip+=(--no-install-package "$p"); done
     UV_PROJECT_ENVIRONMENT="$env_dir" uv sync --frozen --quiet --directory "$ROOT" "$@" "${skip[@]}"
     if ! "$env_dir/bin/python" -c 'import torch, sys; sys.exit(0 if torch.__version__.endswith("+cpu") else 1)' 2>/dev/null; then
-      uv pip install --quiet --python "$env_dir/bin/python" --no-deps "$wheel"
+      # --no-config: the workspace's override-dependencies would swap the wheel back for PyPI's torch
+      uv pip install --no-config --quiet --python "$env_dir/bin/python" --no-deps --reinstall-package torch "$wheel"
     fi
   else
     UV_PROJECT_ENVIRONMENT="$env_dir" uv sync --frozen --quiet --directory "$ROOT" "$@"

