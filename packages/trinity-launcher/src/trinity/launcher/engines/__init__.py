@@ -74,12 +74,15 @@ def engine_settings(
     engine_type = model_cfg.engine_type
     base_url = None
     served = None
+    api_key = model_cfg.api_key
     if engine_type == "external" or (ext is not None and ext.enable):
         import os
 
         engine_type = "external"
-        base_url = os.environ.get(ext.base_url_env) if ext is not None else None
-        served = ext.model_name if ext is not None else None
+        if ext is not None:  # URL and key come from the environment, never from the file
+            base_url = os.environ.get(ext.base_url_env)
+            api_key = os.environ.get(ext.api_key_env) or api_key
+            served = ext.model_name
     model_path = _first(model_cfg.model_path, getattr(m, "model_path", None) or None)
     if not model_path and engine_type != "external":
         raise ValueError(
@@ -91,7 +94,9 @@ def engine_settings(
         engine_type=engine_type,
         name=name or model_cfg.name,
         engine_id=engine_id,
-        trust_remote_code=bool(_first(model_cfg.trust_remote_code, getattr(m, "trust_remote_code", False))),
+        trust_remote_code=bool(
+            _first(model_cfg.trust_remote_code, getattr(m, "trust_remote_code", False))
+        ),
         tensor_parallel_size=max(1, int(model_cfg.tensor_parallel_size or 1)),
         gpu_memory_utilization=float(model_cfg.gpu_memory_utilization),
         enable_prefix_caching=bool(model_cfg.enable_prefix_caching),
@@ -100,7 +105,9 @@ def engine_settings(
         dtype=str(model_cfg.dtype),
         seed=int(model_cfg.seed),
         max_model_len=_first(model_cfg.max_model_len, getattr(m, "max_model_len", None)),
-        max_prompt_tokens=_first(model_cfg.max_prompt_tokens, getattr(m, "max_prompt_tokens", None)),
+        max_prompt_tokens=_first(
+            model_cfg.max_prompt_tokens, getattr(m, "max_prompt_tokens", None)
+        ),
         max_response_tokens=_first(
             model_cfg.max_response_tokens, getattr(m, "max_response_tokens", None)
         ),
@@ -108,7 +115,11 @@ def engine_settings(
             _first(model_cfg.min_response_tokens, getattr(m, "min_response_tokens", None), 0)
         ),
         enable_prompt_truncation=bool(
-            _first(model_cfg.enable_prompt_truncation, getattr(m, "enable_prompt_truncation", None), True)
+            _first(
+                model_cfg.enable_prompt_truncation,
+                getattr(m, "enable_prompt_truncation", None),
+                True,
+            )
         ),
         repetition_penalty=float(
             _first(model_cfg.repetition_penalty, getattr(m, "repetition_penalty", None), 1.0)
@@ -125,7 +136,7 @@ def engine_settings(
         enable_thinking=_first(model_cfg.enable_thinking, getattr(m, "enable_thinking", None)),
         enable_openai_api=bool(model_cfg.enable_openai_api),
         enable_history=bool(model_cfg.enable_history),
-        api_key=model_cfg.api_key,
+        api_key=api_key,
         base_port=model_cfg.base_port,
         enable_auto_tool_choice=bool(model_cfg.enable_auto_tool_choice),
         tool_call_parser=model_cfg.tool_call_parser,
@@ -211,6 +222,8 @@ def create_auxiliary_engines(
         for i in range(aux.engine_num):
             settings = engine_settings(aux, None, engine_id=i, name=aux.name or f"auxiliary_{k}")
             cpus, gpus = _actor_resources(settings)
-            group.append(create_engine_actor(settings, num_cpus=cpus, num_gpus=gpus, env_vars=env_vars))
+            group.append(
+                create_engine_actor(settings, num_cpus=cpus, num_gpus=gpus, env_vars=env_vars)
+            )
         groups.append(group)
     return groups

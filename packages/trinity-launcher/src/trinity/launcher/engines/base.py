@@ -42,6 +42,9 @@ class Sample:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: Optional[str]  # "stop" | "length" | None
+    #: the response text when it is not simply the decoded tokens (a stop string is cut from
+    #: the text but its tokens stay, as vLLM does, so the trained tokens are what was sampled)
+    text: Optional[str] = None
 
 
 @dataclass
@@ -278,7 +281,11 @@ class BaseRolloutEngine:
                 prompt_length=len(prompt_ids),
                 logprobs=torch.tensor(s.logprobs, dtype=torch.float32),
                 prompt_text=prompt_text,
-                response_text=self.tokenizer.decode(s.token_ids, skip_special_tokens=skip),
+                response_text=(
+                    s.text
+                    if s.text is not None
+                    else self.tokenizer.decode(s.token_ids, skip_special_tokens=skip)
+                ),
                 truncate_status="response_truncated" if s.finish_reason == "length" else None,
                 model_version=self.model_version,
             )
@@ -300,7 +307,9 @@ class BaseRolloutEngine:
         weights = state_dict if state_dict is not None else load_weights_file(path)  # type: ignore[arg-type]
         await self._load_weights(weights)
         self.model_version = int(version) if version is not None else self.model_version + 1
-        logger.info("%s: weights updated to version %d", self.settings.display_name, self.model_version)
+        logger.info(
+            "%s: weights updated to version %d", self.settings.display_name, self.model_version
+        )
         return self.model_version
 
     async def _load_weights(self, weights: dict[str, Tensor]) -> None:

@@ -135,26 +135,24 @@ class TransformersEngine(BaseRolloutEngine):
         return self._apply_stop_strings(samples, params)
 
     def _apply_stop_strings(self, samples: list[Sample], params: dict[str, Any]) -> list[Sample]:
-        """Cut each sample at the first ``stop`` string (kept when
-        ``include_stop_str_in_output``), as vLLM does."""
+        """End each sample at the first ``stop`` string, as vLLM does: generation stops at the
+        token that completes it, that token is kept, and the text is cut before the stop
+        string (after it with ``include_stop_str_in_output``)."""
         stop = params.get("stop")
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        stops = [x for x in ([stop] if isinstance(stop, str) else list(stop or [])) if x]
         if not stops:
             return samples
         keep = bool(params.get("include_stop_str_in_output"))
+        skip = bool(params.get("skip_special_tokens", True))
         out = []
         for s in samples:
             for j in range(1, len(s.token_ids) + 1):
-                text = self.tokenizer.decode(s.token_ids[:j], skip_special_tokens=True)
-                hit = next((x for x in stops if x and x in text), None)
-                if hit is not None:
-                    end = j
-                    if not keep:  # drop the tokens that complete the stop string
-                        while end > 0 and hit in self.tokenizer.decode(
-                            s.token_ids[:end], skip_special_tokens=True
-                        ):
-                            end -= 1
-                    s = Sample(s.token_ids[:end], s.logprobs[:end], "stop")
+                text = self.tokenizer.decode(s.token_ids[:j], skip_special_tokens=skip)
+                hits = [(text.find(x), x) for x in stops if x in text]
+                if hits:
+                    at, hit = min(hits)
+                    text = text[: at + len(hit)] if keep else text[:at]
+                    s = Sample(s.token_ids[:j], s.logprobs[:j], "stop", text)
                     break
             out.append(s)
         return out

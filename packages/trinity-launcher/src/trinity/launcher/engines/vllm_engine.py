@@ -26,6 +26,7 @@ import asyncio
 import os
 import socket
 import tempfile
+import threading
 import time
 import uuid
 from typing import Any, Optional
@@ -146,8 +147,15 @@ class VLLMEngine(BaseRolloutEngine):
 
     async def shutdown(self) -> None:
         if self._server_task is not None:
-            self._server_task.cancel()
-            self._server_task = None
+            server, self._server_task = self._server_task, None
+            server.cancel()
+            try:
+                # a cancelled ``serve_http`` returns uvicorn's shutdown coroutine
+                finish = await server
+                if asyncio.iscoroutine(finish):
+                    await finish
+            except (asyncio.CancelledError, Exception) as exc:  # already failed or stopping
+                logger.debug("OpenAI API server shutdown: %r", exc)
         if self.llm is not None:
             self.llm.shutdown()
             self.llm = None
@@ -166,7 +174,11 @@ class VLLMEngine(BaseRolloutEngine):
         if s.api_key and s.api_key != "EMPTY":
             argv += ["--api-key", s.api_key]
         if s.enable_auto_tool_choice:
-            argv += ["--enable-auto-tool-choice", "--tool-call-parser", s.tool_call_parser or "hermes"]
+            argv += [
+                "--enable-auto-tool-choice",
+                "--tool-call-parser",
+                s.tool_call_parser or "hermes",
+            ]
         if s.reasoning_parser:
             argv += ["--reasoning-parser", s.reasoning_parser]
         if s.chat_template:
@@ -184,6 +196,7 @@ class VLLMEngine(BaseRolloutEngine):
         port = (s.base_port + s.engine_id) if s.base_port else 0
         args = self.api_server_args(port)
         listen, sock = setup_server(args, reuse_port=False)
+        _allow_serving_off_the_main_thread(asyncio.get_running_loop())
         host, port = sock.getsockname()[:2]
         self._server_task = asyncio.create_task(build_and_serve(self.llm, listen, sock, args))
         address = f"http://{host}:{port}"
@@ -193,12 +206,17 @@ class VLLMEngine(BaseRolloutEngine):
     # ------------------------------------------------------------------ primitives
     def _sampling_params(self, params: dict[str, Any]) -> Any:
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         unknown = sorted(set(params) - set(_SAMPLING_FIELDS))
         if unknown:
             logger.debug("vLLM engine ignores sampling keys %s", unknown)
         fields = {k: params[k] for k in _SAMPLING_FIELDS if k in params}
         fields["logprobs"] = 0  # the sampled token's logprob
+        # one output holding all n samples once every one is finished: with the default
+        # (cumulative) kind, the last output of an n > 1 request may lack samples that
+        # finished earlier
+        fields["output_kind"] = RequestOutputKind.FINAL_ONLY
         return SamplingParams(**fields)
 
     async def _final_output(self, prompt_ids: list[int], sampling_params: Any) -> Any:
@@ -220,14 +238,22 @@ class VLLMEngine(BaseRolloutEngine):
                 raise RuntimeError(
                     f"vLLM returned {len(token_ids)} tokens but {len(logprobs)} logprobs"
                 )
-            samples.append(Sample(token_ids, logprobs, c.finish_reason))
+            # vLLM's text differs from the decoded tokens when a stop string was cut from it
+            text = c.text if isinstance(c.stop_reason, str) else None
+            samples.append(Sample(token_ids, logprobs, c.finish_reason, text))
         return samples
 
     async def _score(self, token_ids: list[int], temperature: float) -> Tensor:
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         full_vocab = abs(temperature - 1.0) > 1e-6
-        sp = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=-1 if full_vocab else 0)
+        sp = SamplingParams(
+            max_tokens=1,
+            temperature=1.0,
+            prompt_logprobs=-1 if full_vocab else 0,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
         out = await self._final_output(token_ids, sp)
         rows = out.prompt_logprobs[1:]  # entry 0 (the first token) has no prefix
         if not full_vocab:
@@ -244,15 +270,61 @@ class VLLMEngine(BaseRolloutEngine):
         from safetensors.torch import save_file
 
         await self.start()
+        weights = _with_tied_head(weights, self.llm.model_config.hf_config)
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         fd, path = tempfile.mkstemp(prefix="trinity-weights-", suffix=".safetensors", dir=shm)
         os.close(fd)
         try:
-            save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, path)
+            save_file(_unshared(weights), path)
             await self.llm.collective_rpc(_reload_from_file, args=(path,))
         finally:
             os.unlink(path)
         await self.llm.reset_prefix_cache()
+
+
+def _allow_serving_off_the_main_thread(loop: asyncio.AbstractEventLoop) -> None:
+    """Let vLLM's ``serve_http`` run on an event loop outside the main thread.
+
+    It installs SIGINT/SIGTERM handlers with ``loop.add_signal_handler``, which only the main
+    thread may do; an async Ray actor runs its loop in another thread, so the call raised
+    ``ValueError`` and the server never started. Signals reach only the main thread anyway
+    (the actor's owner stops the engine through :meth:`VLLMEngine.shutdown`), so on such a
+    loop the registration is skipped.
+    """
+    if threading.current_thread() is threading.main_thread():
+        return
+
+    def skip(sig: int, *_: Any) -> None:
+        logger.debug("not installing a handler for signal %s off the main thread", sig)
+
+    loop.add_signal_handler = skip  # type: ignore[method-assign]
+
+
+def _with_tied_head(weights: dict[str, Tensor], hf_config: Any) -> dict[str, Tensor]:
+    """Add ``lm_head.weight`` where the model ties it to the embeddings and ``weights`` (a
+    Hugging Face checkpoint, which stores the tied matrix once) lacks it: vLLM's in-place
+    reload otherwise keeps the old head (measured: logprobs 1.0 off after reloading a
+    checkpoint; a full state dict, which names both, reloads exactly)."""
+    if (
+        getattr(hf_config, "tie_word_embeddings", False)
+        and "lm_head.weight" not in weights
+        and "model.embed_tokens.weight" in weights
+    ):
+        return {**weights, "lm_head.weight": weights["model.embed_tokens.weight"]}
+    return weights
+
+
+def _unshared(weights: dict[str, Tensor]) -> dict[str, Tensor]:
+    """CPU copies safetensors can write: tensors that share storage (tied embeddings, whose
+    ``lm_head.weight`` is ``embed_tokens.weight``) are cloned, since the format refuses aliases."""
+    seen: set[tuple[int, int]] = set()
+    out: dict[str, Tensor] = {}
+    for name, tensor in weights.items():
+        t = tensor.detach().contiguous().cpu()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        out[name] = t.clone() if key in seen else t
+        seen.add(key)
+    return out
 
 
 async def _wait_for_http(url: str, server: asyncio.Task, timeout: float) -> None:

