@@ -230,7 +230,7 @@ def test_openai_endpoint_chat_is_recorded_with_the_engines_token_ids(wrapper, hf
     history = wrapper.extract_experience_from_history()
     assert len(history) == 2
     prompt = chat_ids(tokenizer, MESSAGES)
-    for exp, choice in zip(history, response.choices):
+    for exp, choice in zip(history, response.choices, strict=True):
         assert exp.tokens[: exp.prompt_length].tolist() == prompt
         response_ids = exp.tokens[exp.prompt_length :].tolist()
         # vLLM's text holds back a trailing incomplete UTF-8 character; the tokens are whole

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import tempfile
 import threading
 import time
@@ -233,11 +232,12 @@ class VLLMEngine(BaseRolloutEngine):
         samples = []
         for c in out.outputs:
             token_ids = list(c.token_ids)
-            logprobs = [entry[t].logprob for t, entry in zip(token_ids, c.logprobs or [])]
-            if len(logprobs) != len(token_ids):
+            entries = c.logprobs or []
+            if len(entries) != len(token_ids):
                 raise RuntimeError(
-                    f"vLLM returned {len(token_ids)} tokens but {len(logprobs)} logprobs"
+                    f"vLLM returned {len(token_ids)} tokens but {len(entries)} logprobs"
                 )
+            logprobs = [entry[t].logprob for t, entry in zip(token_ids, entries, strict=True)]
             # vLLM's text differs from the decoded tokens when a stop string was cut from it
             text = c.text if isinstance(c.stop_reason, str) else None
             samples.append(Sample(token_ids, logprobs, c.finish_reason, text))
@@ -257,9 +257,11 @@ class VLLMEngine(BaseRolloutEngine):
         out = await self._final_output(token_ids, sp)
         rows = out.prompt_logprobs[1:]  # entry 0 (the first token) has no prefix
         if not full_vocab:
-            return torch.tensor([row[t].logprob for t, row in zip(token_ids[1:], rows)])
+            return torch.tensor(
+                [row[t].logprob for t, row in zip(token_ids[1:], rows, strict=True)]
+            )
         values = []
-        for t, row in zip(token_ids[1:], rows):
+        for t, row in zip(token_ids[1:], rows, strict=True):
             raw = torch.tensor([lp.logprob for lp in row.values()], dtype=torch.float64)
             scaled = raw / temperature
             values.append(float(row[t].logprob / temperature - torch.logsumexp(scaled, 0)))
@@ -338,7 +340,7 @@ async def _wait_for_http(url: str, server: asyncio.Task, timeout: float) -> None
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 return r.status == 200
-        except (urllib.error.URLError, ConnectionError, socket.timeout):
+        except (TimeoutError, urllib.error.URLError, ConnectionError):
             return False
 
     while time.monotonic() < deadline:
