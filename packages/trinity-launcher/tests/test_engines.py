@@ -464,3 +464,72 @@ def test_engine_settings_fall_back_to_the_model_section(model_dir):
         engine_settings(InferenceModelConfig(engine_type="vllm"), ModelConfig())
     with pytest.raises(ValueError, match="unknown engine 'sglang'"):
         create_engine(EngineSettings(model_path=model_dir, engine_type="sglang"))
+
+
+# ---------------------------------------------------------------------- auxiliary models
+JUDGE_PLUGIN = '''
+from trinity.common.workflows import WORKFLOWS, Workflow
+
+
+@WORKFLOWS.register_module("engine_test_judged")
+class Judged(Workflow):
+    """Answers with the policy model, then asks the auxiliary model (an OpenAI client)."""
+
+    is_async = True
+
+    async def run_async(self):
+        exps = await self.model.chat_async([{"role": "user", "content": "2+2="}], max_tokens=4)
+        judge = self.auxiliary_models[0]
+        verdict = await judge.chat.completions.create(
+            model=judge.model_path,
+            messages=[{"role": "user", "content": "Is 2+2=4 right?"}],
+            max_tokens=3,
+            extra_body={"ignore_eos": True},
+        )
+        for exp in exps:
+            exp.reward = 1.0
+            exp.metrics["judge_tokens"] = float(verdict.usage.completion_tokens)
+        return exps
+'''
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_workflows_reach_auxiliary_models_as_openai_clients(
+    vllm_engine, wrapper, tmp_path, monkeypatch
+):
+    """An ``auxiliary_models`` entry of engine_type external (the vLLM engine's own server
+    stands in for a judge model) reaches the workflow in a runner actor as an OpenAI client."""
+    from trinity.common.workflows import Task
+    from trinity.launcher.runner import RunnerPool, assign_task_ids
+
+    (tmp_path / "judge_plugin.py").write_text(JUDGE_PLUGIN)
+    monkeypatch.setenv("TRINITY_TEST_JUDGE_URL", f"{wrapper.api_address}/v1")
+    judge_cfg = InferenceModelConfig(
+        engine_type="external",
+        name="judge",
+        external_model_config={
+            "enable": True,
+            "base_url_env": "TRINITY_TEST_JUDGE_URL",
+            "model_name": wrapper.model_path,
+        },
+    )
+    judge = create_engine_actor(engine_settings(judge_cfg, None))
+    pool = RunnerPool(
+        [vllm_engine], [[judge]], runner_per_model=2, max_timeout=120, plugin_dirs=[str(tmp_path)]
+    )
+    tasks = [Task(workflow="engine_test_judged", raw_task={"i": i}) for i in range(3)]
+    assign_task_ids(tasks, batch_id=1)
+
+    async def go():
+        await pool.start()
+        try:
+            return await pool.run_tasks(tasks)
+        finally:
+            pool.shutdown()
+
+    batch = run(go())
+    ray.kill(judge)
+    assert not batch.failed, [r.error for r in batch.failed]
+    assert len(batch.experiences) == 3
+    assert all(e.metrics["judge_tokens"] == 3.0 for e in batch.experiences)
