@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
