@@ -21,7 +21,6 @@ import importlib.util
 import json
 import os
 import re
-import uuid
 
 import pytest
 import torch
@@ -112,19 +111,6 @@ def chat_ids(tokenizer, messages, tools=None) -> list[int]:
         messages, tools=tools, add_generation_prompt=True, tokenize=True
     )
     return list(out["input_ids"] if hasattr(out, "keys") else out)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        namespace=f"test-engines-{uuid.uuid4().hex[:8]}",
-        _temp_dir=str(tmp_path_factory.mktemp("ray")),
-        log_to_driver=False,
-    )
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import json
 import math
 import statistics
 import textwrap
-import uuid
 from pathlib import Path
 
 import pytest
@@ -74,28 +73,6 @@ def plugin_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("plugins")
     (path / "explorer_test_plugins.py").write_text(PLUGIN)
     return str(path)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        namespace=f"test-explorer-{uuid.uuid4().hex[:8]}",
-        _temp_dir=str(tmp_path_factory.mktemp("ray")),
-        log_to_driver=False,
-    )
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def engine(ray_cluster):
-    handle = create_engine_actor(
-        EngineSettings(model_path="fake-model", engine_type="fake", extra_engine_args={})
-    )
-    ray.get(handle.ready.remote())
-    return handle
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> str:

@@ -13,7 +13,6 @@ import logging
 import os
 import textwrap
 import time
-import uuid
 
 import pytest
 
@@ -24,7 +23,6 @@ from trinity.common.workflows import Task  # noqa: E402
 from trinity.launcher.engines import (  # noqa: E402
     EngineSettings,
     create_engine,
-    create_engine_actor,
 )
 from trinity.launcher.runner import (  # noqa: E402
     RunnerPool,
@@ -131,28 +129,6 @@ def loop():
     loop = asyncio.new_event_loop()
     yield loop
     loop.close()
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        namespace=f"test-runner-{uuid.uuid4().hex[:8]}",
-        _temp_dir=str(tmp_path_factory.mktemp("ray")),
-        log_to_driver=False,
-    )
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def engine(ray_cluster):
-    handle = create_engine_actor(
-        EngineSettings(model_path="fake-model", engine_type="fake", extra_engine_args={})
-    )
-    ray.get(handle.ready.remote())
-    return handle
 
 
 @pytest.fixture(scope="module")

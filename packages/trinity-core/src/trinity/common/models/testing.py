@@ -35,6 +35,7 @@ from torch import Tensor
 
 from trinity.common.experience import Experience
 from trinity.common.models.model import ModelWrapper, _validate_generation_kwargs
+from trinity.common.models.utils import prompt_truncated_experiences
 
 __all__ = [
     "FakeCall",
@@ -435,20 +436,8 @@ class FakeModelWrapper(ModelWrapper):
         limit = self.max_prompt_tokens
         if limit is None or len(prompt_ids) <= limit:
             return None
-        kept = prompt_ids[: limit + 1]
-        return [
-            Experience(
-                tokens=kept,
-                prompt_length=limit,
-                logprobs=torch.zeros(1, dtype=torch.float32),
-                prompt_text=self.tokenizer.decode(kept[:-1]),
-                response_text="[This experience is masked out due to overlong prompt]",
-                truncate_status="prompt_truncated",
-                reward=0.0,
-                model_version=self.model_version,
-            )
-            for _ in range(n)
-        ]
+        text = self.tokenizer.decode(prompt_ids[:limit])
+        return prompt_truncated_experiences(prompt_ids, limit, n, text, self.model_version)
 
     def _experiences(
         self,

@@ -14,10 +14,43 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 import torch
 
 __all__ = [
+    "PROMPT_TRUNCATED_TEXT",
     "ApplyChatTemplate",
     "ChatTemplateError",
+    "prompt_truncated_experiences",
     "tokenize_and_mask_messages",
 ]
+
+#: ``response_text`` of the placeholder experiences of an over-long prompt (Trinity-RFT's text)
+PROMPT_TRUNCATED_TEXT = "[This experience is masked out due to overlong prompt]"
+
+
+def prompt_truncated_experiences(
+    prompt_ids: Sequence[int], limit: int, n: int, prompt_text: str, model_version: int
+) -> List[Any]:
+    """``n`` placeholder Experiences for a prompt longer than ``limit`` tokens.
+
+    The prompt is not sent to the engine. Each placeholder keeps the first ``limit`` prompt
+    tokens plus one token as a stand-in response (an Experience needs one), reward 0 and
+    ``truncate_status="prompt_truncated"``, so the batch keeps its shape and the trainer
+    masks it out. ``prompt_text`` is the decoded kept prompt.
+    """
+    from trinity.common.experience import Experience
+
+    kept = list(prompt_ids[: limit + 1])
+    return [
+        Experience(
+            tokens=kept,
+            prompt_length=limit,
+            logprobs=torch.zeros(1, dtype=torch.float32),
+            prompt_text=prompt_text,
+            response_text=PROMPT_TRUNCATED_TEXT,
+            truncate_status="prompt_truncated",
+            reward=0.0,
+            model_version=model_version,
+        )
+        for _ in range(n)
+    ]
 
 
 class ApplyChatTemplate(Protocol):

@@ -26,13 +26,12 @@ import torch
 from torch import Tensor
 
 from trinity.common.experience import Experience
+from trinity.common.models.utils import prompt_truncated_experiences
 from trinity.utils.log import get_logger
 
 __all__ = ["BaseRolloutEngine", "EngineSettings", "Sample", "load_tokenizer", "render_chat"]
 
 logger = get_logger(__name__)
-
-PROMPT_TRUNCATED_TEXT = "[This experience is masked out due to overlong prompt]"
 
 
 @dataclass
@@ -257,20 +256,8 @@ class BaseRolloutEngine:
                     f"prompt has {len(prompt_ids)} tokens > max_prompt_tokens={limit} and "
                     "enable_prompt_truncation is false"
                 )
-            kept = prompt_ids[: limit + 1]
-            return [
-                Experience(
-                    tokens=kept,
-                    prompt_length=limit,
-                    logprobs=torch.zeros(1, dtype=torch.float32),
-                    prompt_text=self.tokenizer.decode(kept[:-1]),
-                    response_text=PROMPT_TRUNCATED_TEXT,
-                    truncate_status="prompt_truncated",
-                    reward=0.0,
-                    model_version=self.model_version,
-                )
-                for _ in range(n)
-            ]
+            text = self.tokenizer.decode(prompt_ids[:limit])
+            return prompt_truncated_experiences(prompt_ids, limit, n, text, self.model_version)
         params = self.sampling_params(kwargs, len(prompt_ids))
         samples = await self._sample(prompt_ids, params)
         prompt_text = self.tokenizer.decode(prompt_ids)

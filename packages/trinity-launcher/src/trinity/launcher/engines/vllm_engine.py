@@ -33,6 +33,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from trinity.common.models import GENERATION_KWARGS
 from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings, Sample
 from trinity.utils.log import get_logger
 
@@ -40,25 +41,10 @@ __all__ = ["VLLMEngine", "on_cpu"]
 
 logger = get_logger(__name__)
 
-#: SamplingParams fields a call may set (the rest of the kwargs are ignored with a warning)
-_SAMPLING_FIELDS = (
-    "n",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "max_tokens",
-    "min_tokens",
-    "seed",
-    "stop",
-    "stop_token_ids",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "ignore_eos",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-)
+#: SamplingParams fields a call may set: core's sampling keywords but ``logprobs`` (every sample
+#: carries its tokens' logprobs) and ``tools`` (rendered by the chat template). Other keys are
+#: ignored (logged at debug level), as Trinity-RFT does.
+_SAMPLING_FIELDS = tuple(sorted(GENERATION_KWARGS - {"logprobs", "tools"}))
 _CPU_KV_CACHE_BYTES = 512 * 1024**2
 
 
