@@ -1,6 +1,6 @@
 """``trinity-launch config.yaml`` end to end, as a user runs it: a separate process that starts
-its own Ray, a real engine (vLLM, and HF transformers) on a tiny model built here, workflow runners that import a
-``--plugin-dir`` workflow, GRPO advantages in the experience pipeline, and an SQLite experience
+its own Ray, a real engine (vLLM, and HF transformers) on a tiny model built here, workflow
+runners that import a ``--plugin-dir`` workflow, GRPO advantages in the experience pipeline, and an SQLite experience
 buffer for an external trainer. Then ``trinity run --config`` in bench mode on the same model.
 """
 
@@ -186,7 +186,7 @@ def _explore_then_bench(tmp_path, config_text, config_path, plugins, env):
     bench_path = tmp_path / "bench.yaml"
     bench_path.write_text(
         config_text.replace("mode: explore", "mode: bench").replace(
-            f"name: explore_{engine_type}", f"name: bench_{engine_type}"
+            "name: explore_", "name: bench_"
         )
     )
     done = cli(
