@@ -313,3 +313,51 @@ def test_logprobs_in_experiences_are_response_aligned(names):
     (exp,) = run_task(Task(workflow=name, raw_task={"prompt": "q", "response": "abc"}), model)
     assert exp.logprobs.shape == (len(exp.tokens) - exp.prompt_length,)
     assert torch.all(exp.logprobs < 0)
+
+
+class _SlowEpisode(Workflow):
+    """A non-repeatable 'episode': two chat turns with a pause between them (an environment
+    step), recording which runs overlapped and which model view each run used."""
+
+    is_async = True
+    active = 0
+    most_active = 0
+    models: list = []
+
+    async def run_async(self):
+        cls = type(self)
+        cls.active += 1
+        cls.most_active = max(cls.most_active, cls.active)
+        cls.models.append(id(self.model))
+        try:
+            await self.model.chat_async([{"role": "user", "content": "turn 1"}])
+            await asyncio.sleep(0.05)
+            await self.model.chat_async([{"role": "user", "content": "turn 2"}])
+            exps = self.model.extract_experience_from_history()
+            assert len(exps) == 2, "another run's calls leaked into this history"
+            return exps
+        finally:
+            cls.active -= 1
+
+
+@pytest.mark.parametrize("mode", ["sequential", "asynchronous", "multi-threading"])
+def test_concurrent_mode_runs_the_repeats_of_a_task_at_once_in_isolation(names, mode):
+    name = names()
+    cls = type(f"Episode_{mode.replace('-', '_')}", (_SlowEpisode,), {"models": []})
+    WORKFLOWS.register_module(name, cls)
+    model = FakeModelWrapper(["ok"], enable_history=True)
+    task = Task(workflow=name, repeat_times=4, batch_id=1, task_id=0)
+    exps, _ = asyncio.run(run_task_async(task, model, run_id_base=4, concurrent_mode=mode))
+    assert sorted(e.eid.run for e in exps) == [4, 4, 5, 5, 6, 6, 7, 7]  # ids from the base
+    if mode == "sequential":
+        assert cls.most_active == 1 and len(set(cls.models)) == 1
+    else:
+        assert cls.most_active == 4  # all runs in flight together
+        assert len(set(cls.models)) == 4  # each on its own model view (own history)
+
+
+def test_unknown_concurrent_mode_is_refused(names):
+    name = names()
+    WORKFLOWS.register_module(name, EchoWorkflow)
+    with pytest.raises(ValueError, match="concurrent_mode: 'parallel' is not one of"):
+        run_task(Task(workflow=name), FakeModelWrapper(["4"]), concurrent_mode="parallel")

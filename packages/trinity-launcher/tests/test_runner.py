@@ -334,3 +334,44 @@ def test_a_runner_that_cannot_load_the_plugins_fails_the_start_clearly(engine, t
         loop.run_until_complete(pool.start())
     assert "broken_plugin" in str(info.value) and "plugin exploded" in str(info.value)
     assert pool.runners == []
+
+
+@pytest.mark.slow
+def test_repeats_split_across_runners_and_run_concurrently(engine, plugin_dir, loop):
+    """``max_repeat_times_per_runner`` splits one task's runs over runners (one GRPO group,
+    run ids 0..R-1); ``concurrent_mode: asynchronous`` runs a runner's share at once."""
+    pool = RunnerPool(
+        [engine],
+        runner_per_model=3,
+        max_timeout=30,
+        max_retry_times=0,
+        plugin_dirs=[plugin_dir],
+        concurrent_mode="asynchronous",
+        max_repeat_times_per_runner=2,
+    )
+    loop.run_until_complete(pool.start())
+    try:
+        tasks = [make_task("runner_test_async", repeat_times=5, delay=0.5)]
+        started = time.perf_counter()
+        batch = run_batch(loop, pool, tasks, batch_id=9)
+        seconds = time.perf_counter() - started
+        split = run_batch(loop, pool, [make_task("runner_test_sync", repeat_times=5)], batch_id=10)
+    finally:
+        pool.shutdown()
+    (result,) = batch.results
+    assert result.ok and len(result.experiences) == 5
+    assert sorted(e.eid.run for e in result.experiences) == [0, 1, 2, 3, 4]
+    assert {e.eid.tid for e in result.experiences} == {"9/0"}  # one group
+    # 5 runs of 0.5 s: chunks [0, 1], [2, 3], [4] on three runners, each chunk's runs at once
+    spans = sorted(e.info["span"] for e in result.experiences)
+    assert spans[-1][0] < spans[0][1], "every run started before the first one finished"
+    assert seconds < 2.0
+    pids = {e.info["pid"] for e in split.experiences}
+    assert len(pids) >= 2 and sorted(e.eid.run for e in split.experiences) == [0, 1, 2, 3, 4]
+
+
+def test_pool_refuses_bad_concurrency_settings(engine):
+    with pytest.raises(ValueError, match="concurrent_mode: 'threads' is not one of"):
+        RunnerPool([engine], concurrent_mode="threads")
+    with pytest.raises(ValueError, match="max_repeat_times_per_runner must be >= 1"):
+        RunnerPool([engine], max_repeat_times_per_runner=0)

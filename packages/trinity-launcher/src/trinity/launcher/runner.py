@@ -29,6 +29,7 @@ Experiences travel back from a runner as :meth:`Experience.serialize_many` bytes
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import os
 import time
@@ -103,9 +104,11 @@ class WorkflowRunner:
         *,
         runner_id: int = 0,
         plugin_dirs: Optional[Sequence[str]] = None,
+        concurrent_mode: str = "sequential",
     ) -> None:
         load_plugins(list(plugin_dirs) if plugin_dirs else None)
         self.runner_id = runner_id
+        self.concurrent_mode = concurrent_mode
         self._engine = rollout_engine
         self._auxiliary_engines = list(auxiliary_engines or [])
         self.model: Any = None
@@ -126,8 +129,9 @@ class WorkflowRunner:
                 self.model = await EngineModelWrapper.create(self._engine)
         return os.getpid()
 
-    async def run_task(self, task: Task) -> dict[str, Any]:
-        """Run one task; never raises for the workflow's own errors.
+    async def run_task(self, task: Task, run_id_base: int = 0) -> dict[str, Any]:
+        """Run one task (its runs numbered from ``run_id_base``); never raises for the
+        workflow's own errors.
 
         Returns ``{"ok": True, "experiences": bytes, "count": n, "seconds": s, ...}`` or
         ``{"ok": False, "error": "<traceback>", "seconds": s, ...}``.
@@ -136,7 +140,7 @@ class WorkflowRunner:
         base = {"runner_id": self.runner_id, "pid": os.getpid()}
         try:
             await self.ready()
-            exps = await self._run(task)
+            exps = await self._run(task, run_id_base)
             payload = Experience.serialize_many(exps)
         except (Exception, SystemExit):  # a workflow calling sys.exit() fails its task only
             return {
@@ -153,7 +157,7 @@ class WorkflowRunner:
             "seconds": time.perf_counter() - start,
         }
 
-    async def _run(self, task: Task) -> list[Experience]:
+    async def _run(self, task: Task, run_id_base: int = 0) -> list[Experience]:
         cls = task.workflow_cls
         repeat_times = task.repeat_times or 1
         # A repeatable workflow samples every run in one call (n = repeat_times); any other
@@ -164,7 +168,14 @@ class WorkflowRunner:
         if callable(refresh):  # stamp experiences with the weights served now
             await refresh()
         try:
-            exps, workflow = await run_task_async(task, model, self.auxiliary_models, workflow)
+            exps, workflow = await run_task_async(
+                task,
+                model,
+                self.auxiliary_models,
+                workflow,
+                run_id_base=run_id_base,
+                concurrent_mode=self.concurrent_mode,
+            )
         except BaseException:
             self._idle_models.append(model)  # the model is fine; the workflow is dropped
             raise
@@ -251,8 +262,28 @@ class _Runner:
 
 
 class _TaskState:
-    def __init__(self, task: Task) -> None:
+    """One unit of work: a task, or a chunk of its runs (``max_repeat_times_per_runner``)."""
+
+    def __init__(self, task: Task, run_id_base: int = 0) -> None:
         self.result = TaskResult(task=task)
+        self.run_id_base = run_id_base
+
+
+def _merge_chunks(task: Task, parts: list[TaskResult]) -> TaskResult:
+    """One result for a task whose runs were split across runners: ok when every chunk is;
+    the experiences of the chunks that succeeded are kept either way."""
+    if len(parts) == 1:
+        return parts[0]
+    failed = [p for p in parts if not p.ok]
+    return TaskResult(
+        task=task,
+        ok=not failed,
+        experiences=[e for p in parts if p.ok for e in p.experiences],
+        error=failed[0].error if failed else None,
+        attempts=max(p.attempts for p in parts),
+        seconds=max(p.seconds for p in parts),
+        runner_id=parts[-1].runner_id,
+    )
 
 
 def _crash_errors() -> tuple[type[BaseException], ...]:
@@ -302,7 +333,11 @@ class RunnerPool:
         env_vars: Optional[dict[str, str]] = None,
         num_cpus: float = 0,
         start_timeout: float = RUNNER_START_TIMEOUT,
+        concurrent_mode: str = "sequential",
+        max_repeat_times_per_runner: Optional[int] = None,
     ) -> None:
+        from trinity.common.workflows import CONCURRENT_MODES
+
         if not rollout_engines:
             raise ValueError("RunnerPool needs at least one rollout engine")
         for name, value, low in (
@@ -314,6 +349,18 @@ class RunnerPool:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
         if max_timeout <= 0:
             raise ValueError(f"explorer.max_timeout must be > 0, got {max_timeout}")
+        if concurrent_mode not in CONCURRENT_MODES:
+            raise ValueError(
+                f"explorer.concurrent_mode: {concurrent_mode!r} is not one of "
+                f"{', '.join(CONCURRENT_MODES)}"
+            )
+        if max_repeat_times_per_runner is not None and max_repeat_times_per_runner < 1:
+            raise ValueError(
+                "explorer.max_repeat_times_per_runner must be >= 1, got "
+                f"{max_repeat_times_per_runner}"
+            )
+        self.concurrent_mode = concurrent_mode
+        self.max_repeat_times_per_runner = max_repeat_times_per_runner
         self.rollout_engines = list(rollout_engines)
         self.auxiliary_engines = [list(g) for g in (auxiliary_engines or [])]
         for k, group in enumerate(self.auxiliary_engines):
@@ -359,6 +406,8 @@ class RunnerPool:
             runner_per_model=explorer.runner_per_model,
             max_timeout=explorer.max_timeout,
             max_retry_times=explorer.max_retry_times,
+            concurrent_mode=explorer.concurrent_mode,
+            max_repeat_times_per_runner=explorer.max_repeat_times_per_runner,
             **kwargs,
         )
 
@@ -389,7 +438,13 @@ class RunnerPool:
         return (
             _remote_runner_class()
             .options(**options)
-            .remote(engine, aux, runner_id=runner_id, plugin_dirs=self.plugin_dirs)
+            .remote(
+                engine,
+                aux,
+                runner_id=runner_id,
+                plugin_dirs=self.plugin_dirs,
+                concurrent_mode=self.concurrent_mode,
+            )
         )
 
     async def _start_runner(self, slot: int) -> _Runner:
@@ -483,11 +538,11 @@ class RunnerPool:
         ]
         return min(free, key=lambda r: r.in_flight) if free else None
 
-    async def _attempt(self, runner: _Runner, task: Task) -> tuple[str, Any]:
+    async def _attempt(self, runner: _Runner, state: _TaskState) -> tuple[str, Any]:
         """One attempt: ``("ok", result)``, ``("error", tb)``, ``("timeout", msg)`` or
         ``("crash", msg)``."""
         try:
-            ref = runner.handle.run_task.remote(task)
+            ref = runner.handle.run_task.remote(state.result.task, state.run_id_base)
             result = await asyncio.wait_for(_await_ref(ref), self.max_timeout)
         except asyncio.TimeoutError:
             return "timeout", (
@@ -509,7 +564,8 @@ class RunnerPool:
             RuntimeError: no runner is left and none can be started.
         """
         self._counts = {}
-        states = [_TaskState(t) for t in tasks]
+        groups = [self._split(t) for t in tasks]
+        states = [s for group in groups for s in group]
         queue: deque[_TaskState] = deque(states)
         running: dict[asyncio.Task, tuple[_TaskState, _Runner]] = {}
         started = time.perf_counter()
@@ -521,7 +577,7 @@ class RunnerPool:
                 state = queue.popleft()
                 state.result.attempts += 1
                 runner.in_flight += 1
-                attempt = asyncio.ensure_future(self._attempt(runner, state.result.task))
+                attempt = asyncio.ensure_future(self._attempt(runner, state))
                 running[attempt] = (state, runner)
             waitables = set(running) | set(self._starting.values())
             if not waitables:
@@ -538,8 +594,28 @@ class RunnerPool:
                 kind, value = finished.result()
                 self._settle(state, runner, kind, value, queue)
             self._reap()
-        results = [s.result for s in states]
+        results = [
+            _merge_chunks(task, [s.result for s in group])
+            for task, group in zip(tasks, groups, strict=True)
+        ]
         return BatchResult(results, self._batch_metrics(results, time.perf_counter() - started))
+
+    def _split(self, task: Task) -> list[_TaskState]:
+        """``task`` as one unit, or, with ``max_repeat_times_per_runner`` below its
+        ``repeat_times``, as chunks of runs (ids ``0..m-1``, ``m..2m-1``, ...) that different
+        runners take at once; the chunks' experiences share the task's EID, so a GRPO group
+        stays one group."""
+        size = self.max_repeat_times_per_runner
+        total = task.repeat_times or 1
+        if size is None or total <= size:
+            return [_TaskState(task)]
+        chunks = []
+        for base in range(0, total, size):
+            part = copy.copy(task)
+            part.rollout_args = copy.copy(task.rollout_args)
+            part.repeat_times = min(size, total - base)
+            chunks.append(_TaskState(part, run_id_base=base))
+        return chunks
 
     def _settle(
         self,

@@ -8,6 +8,7 @@ entry-point group. The class names the guides use (``trinity.common.workflows.Ma
 from typing import Any
 
 from trinity.common.workflows.workflow import (
+    CONCURRENT_MODES,
     WORKFLOWS,
     MultiTurnWorkflow,
     Task,
@@ -16,7 +17,15 @@ from trinity.common.workflows.workflow import (
     run_task_async,
 )
 
-__all__ = ["WORKFLOWS", "MultiTurnWorkflow", "Task", "Workflow", "run_task", "run_task_async"]
+__all__ = [
+    "CONCURRENT_MODES",
+    "WORKFLOWS",
+    "MultiTurnWorkflow",
+    "Task",
+    "Workflow",
+    "run_task",
+    "run_task_async",
+]
 
 
 def __getattr__(name: str) -> Any:

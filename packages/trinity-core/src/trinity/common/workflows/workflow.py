@@ -27,6 +27,7 @@ from trinity.utils.log import get_logger
 from trinity.utils.registry import Registry
 
 __all__ = [
+    "CONCURRENT_MODES",
     "WORKFLOWS",
     "Task",
     "Workflow",
@@ -275,22 +276,44 @@ def _finish_multi_turn(
 
 
 # ---------------------------------------------------------------------- driving a task
+#: ``explorer.concurrent_mode`` values: how a non-repeatable workflow's runs of one task execute
+CONCURRENT_MODES = ("sequential", "asynchronous", "multi-threading")
+
+
 async def run_task_async(
     task: Task,
     model: ModelWrapper,
     auxiliary_models: Optional[Sequence[Any]] = None,
     workflow: Optional[Workflow] = None,
+    *,
+    run_id_base: int = 0,
+    concurrent_mode: str = "sequential",
 ) -> tuple[list[Experience], Workflow]:
     """Run one task the way the explorer's runners do.
 
     Reuses ``workflow`` through :meth:`Workflow.reset` when it is resettable and of the task's
-    class, else builds a new one. Produces ``task.repeat_times`` runs (one call for repeatable
-    workflows, a loop otherwise), stamps each Experience's id with the task's batch/task ids and
-    its run index, and records the model version that produced it.
+    class, else builds a new one. Produces ``task.repeat_times`` runs with run ids
+    ``run_id_base, run_id_base + 1, ...`` (``run_id_base`` > 0 when the explorer splits one
+    task's runs across runners, ``explorer.max_repeat_times_per_runner``), stamps each
+    Experience's id with the task's batch/task ids and its run index, and records the model
+    version that produced it.
+
+    A repeatable workflow samples every run in one call. Any other runs ``repeat_times`` times:
+    one after the other on one instance (``concurrent_mode="sequential"``), or all at once
+    (``"asynchronous"`` / ``"multi-threading"``; a sync workflow's ``run`` goes to a worker
+    thread either way), each run on its own workflow instance and its own view of the model
+    (:meth:`ModelWrapper.clone_with_isolated_history`), so histories never mix. Concurrent runs
+    are what multi-turn agent workflows need: a step otherwise waits for ``repeat_times``
+    whole episodes in a row.
 
     Returns:
         The experiences and the workflow instance (to reuse for the next task).
     """
+    if concurrent_mode not in CONCURRENT_MODES:
+        raise ValueError(
+            f"explorer.concurrent_mode: {concurrent_mode!r} is not one of "
+            f"{', '.join(CONCURRENT_MODES)}"
+        )
     cls = task.workflow_cls
     if workflow is not None and type(workflow) is cls and workflow.resettable():
         task.workflow = cls
@@ -300,17 +323,32 @@ async def run_task_async(
     else:
         workflow = task.to_workflow(model, auxiliary_models)
     repeat_times = task.repeat_times or 1
+    run_ids = range(run_id_base, run_id_base + repeat_times)
+
+    async def one_run(flow: Workflow, run_id: int) -> list[Experience]:
+        flow.set_repeat_times(1, run_id_base=run_id)
+        run_exps = _checked(cls, await flow.run_async())
+        for exp in run_exps:
+            exp.eid.run = run_id
+        return run_exps
+
     experiences: list[Experience] = []
     if workflow.repeatable:
-        workflow.set_repeat_times(repeat_times, run_id_base=0)
+        workflow.set_repeat_times(repeat_times, run_id_base=run_id_base)
         experiences = _checked(cls, await workflow.run_async())
+    elif concurrent_mode == "sequential" or repeat_times == 1:
+        for run_id in run_ids:
+            experiences.extend(await one_run(workflow, run_id))
     else:
-        for run_id in range(repeat_times):
-            workflow.set_repeat_times(1, run_id_base=run_id)
-            run_exps = _checked(cls, await workflow.run_async())
-            for exp in run_exps:
-                exp.eid.run = run_id
-            experiences.extend(run_exps)
+        clone = getattr(model, "clone_with_isolated_history", None)
+        flows = [workflow] + [
+            task.to_workflow(clone() if callable(clone) else model, auxiliary_models)
+            for _ in run_ids[1:]
+        ]
+        results = await asyncio.gather(
+            *(one_run(f, r) for f, r in zip(flows, run_ids, strict=True))
+        )
+        experiences = [exp for run_exps in results for exp in run_exps]
     # duck-typed models (anything with chat()) work too; they just report no version
     version = getattr(model, "model_version", None)
     for exp in experiences:
@@ -326,9 +364,21 @@ def run_task(
     model: ModelWrapper,
     auxiliary_models: Optional[Sequence[Any]] = None,
     workflow: Optional[Workflow] = None,
+    *,
+    run_id_base: int = 0,
+    concurrent_mode: str = "sequential",
 ) -> list[Experience]:
     """Synchronous :func:`run_task_async` returning only the experiences."""
-    experiences, _ = run_sync(run_task_async(task, model, auxiliary_models, workflow))
+    experiences, _ = run_sync(
+        run_task_async(
+            task,
+            model,
+            auxiliary_models,
+            workflow,
+            run_id_base=run_id_base,
+            concurrent_mode=concurrent_mode,
+        )
+    )
     return experiences
 
 
