@@ -86,6 +86,15 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def external_config(url_env: str, served_model: str) -> InferenceModelConfig:
+    """An ``auxiliary_models`` entry for an OpenAI server whose URL is in ``url_env``."""
+    return InferenceModelConfig(
+        engine_type="external",
+        name="judge",
+        external_model_config={"enable": True, "base_url_env": url_env, "model_name": served_model},
+    )
+
+
 # ---------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
@@ -266,15 +275,7 @@ def test_openai_endpoint_tool_call(wrapper, tokenizer):
 def test_external_engine_uses_any_openai_server_by_url(vllm_engine, wrapper, hf_model, monkeypatch):
     url = f"{wrapper.api_address}/v1"
     monkeypatch.setenv("JUDGE_URL", url)
-    cfg = InferenceModelConfig(
-        engine_type="external",
-        name="judge",
-        external_model_config={
-            "enable": True,
-            "base_url_env": "JUDGE_URL",
-            "model_name": wrapper.model_path,
-        },
-    )
+    cfg = external_config("JUDGE_URL", wrapper.model_path)
     settings = engine_settings(cfg, None)
     assert (settings.engine_type, settings.base_url, settings.served_model_name) == (
         "external",
@@ -491,15 +492,7 @@ def test_workflows_reach_auxiliary_models_as_openai_clients(
 
     (tmp_path / "judge_plugin.py").write_text(JUDGE_PLUGIN)
     monkeypatch.setenv("TRINITY_TEST_JUDGE_URL", f"{wrapper.api_address}/v1")
-    judge_cfg = InferenceModelConfig(
-        engine_type="external",
-        name="judge",
-        external_model_config={
-            "enable": True,
-            "base_url_env": "TRINITY_TEST_JUDGE_URL",
-            "model_name": wrapper.model_path,
-        },
-    )
+    judge_cfg = external_config("TRINITY_TEST_JUDGE_URL", wrapper.model_path)
     judge = create_engine_actor(engine_settings(judge_cfg, None))
     pool = RunnerPool(
         [vllm_engine], [[judge]], runner_per_model=2, max_timeout=120, plugin_dirs=[str(tmp_path)]

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Optional, TypeVar
 
 from trinity.common.config import Config
 from trinity.launcher.explorer import Explorer
-from trinity.launcher.progress import Monitor, ProgressReporter
+from trinity.launcher.progress import ProgressReporter
 from trinity.utils.log import get_logger
 
 __all__ = [
@@ -132,27 +132,13 @@ async def _drive(explorer: Explorer, run: Callable[[], Awaitable[T]]) -> T:
 
 
 def _run(
-    config: Config,
-    mode: str,
-    rollout_engines: Optional[Sequence[Any]],
-    auxiliary_engines: Optional[Sequence[Sequence[Any]]],
-    plugin_dirs: Optional[Sequence[str]],
-    monitor: Optional[Monitor],
-    progress: Optional[ProgressReporter],
-    tasks_per_runner: int,
+    config: Config, mode: str, progress: Optional[ProgressReporter], **explorer_options: Any
 ) -> Any:
     if config.mode != mode:
         raise LaunchInputError(
             f"mode: run_{mode} needs mode '{mode}', the config has {config.mode!r}"
         )
-    explorer = _build_explorer(
-        config,
-        rollout_engines=rollout_engines,
-        auxiliary_engines=auxiliary_engines,
-        plugin_dirs=plugin_dirs,
-        monitor=monitor,
-        tasks_per_runner=tasks_per_runner,
-    )
+    explorer = _build_explorer(config, **explorer_options)
     total = explorer.total_steps if mode == "explore" else None
     if progress is None:
         progress = ProgressReporter(total_steps=total, description=mode)
@@ -165,59 +151,30 @@ def _run(
 
 
 def run_explore(
-    config: Config,
-    *,
-    rollout_engines: Optional[Sequence[Any]] = None,
-    auxiliary_engines: Optional[Sequence[Sequence[Any]]] = None,
-    plugin_dirs: Optional[Sequence[str]] = None,
-    monitor: Optional[Monitor] = None,
-    progress: Optional[ProgressReporter] = None,
-    tasks_per_runner: int = 1,
+    config: Config, *, progress: Optional[ProgressReporter] = None, **explorer_options: Any
 ) -> dict[str, float]:
     """Mode ``explore``: write experiences for an external trainer, evaluate on schedule.
 
-    ``config`` must be checked (``check_and_update``). Engines are built from
-    ``explorer.rollout_model`` / ``auxiliary_models`` unless handles are given. Returns the
-    last step's metrics (all of them are in ``<checkpoint_job_dir>/metrics.jsonl``).
+    ``config`` must be checked (``check_and_update``). ``explorer_options`` go to
+    :class:`~trinity.launcher.explorer.Explorer` (``rollout_engines``, ``auxiliary_engines``:
+    handles to use instead of building ``explorer.rollout_model`` / ``auxiliary_models``;
+    ``plugin_dirs``, ``monitor``, ``tasks_per_runner``). Returns the last step's metrics (all of
+    them are in ``<checkpoint_job_dir>/metrics.jsonl``).
 
     Raises:
         LaunchInputError: the input cannot work (nothing was started).
     """
-    return _run(
-        config,
-        "explore",
-        rollout_engines,
-        auxiliary_engines,
-        plugin_dirs,
-        monitor,
-        progress,
-        tasks_per_runner,
-    )
+    return _run(config, "explore", progress, **explorer_options)
 
 
 def run_bench(
-    config: Config,
-    *,
-    rollout_engines: Optional[Sequence[Any]] = None,
-    auxiliary_engines: Optional[Sequence[Sequence[Any]]] = None,
-    plugin_dirs: Optional[Sequence[str]] = None,
-    monitor: Optional[Monitor] = None,
-    progress: Optional[ProgressReporter] = None,
-    tasks_per_runner: int = 1,
+    config: Config, *, progress: Optional[ProgressReporter] = None, **explorer_options: Any
 ) -> dict[int, dict[str, float]]:
     """Mode ``bench``: evaluate the model on every eval task set, and the checkpoints in
-    ``checkpoint_job_dir`` (see :meth:`Explorer.bench`). Returns ``{step: metrics}``.
+    ``checkpoint_job_dir`` (see :meth:`Explorer.bench`). Returns ``{step: metrics}``;
+    ``explorer_options`` as for :func:`run_explore`.
 
     Raises:
         LaunchInputError: the input cannot work (nothing was started).
     """
-    return _run(
-        config,
-        "bench",
-        rollout_engines,
-        auxiliary_engines,
-        plugin_dirs,
-        monitor,
-        progress,
-        tasks_per_runner,
-    )
+    return _run(config, "bench", progress, **explorer_options)
