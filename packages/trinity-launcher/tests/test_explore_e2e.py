@@ -149,12 +149,7 @@ def _explore_then_bench(tmp_path, config_text, config_path, plugins, env):
     config = load_config(str(config_path))
     config.check_and_update()
     reader = get_buffer_reader(config.buffer.trainer_input.experience_buffer)
-    exps = []
-    while True:
-        try:
-            exps += reader.read()
-        except StopIteration:
-            break
+    exps = [exp for batch in reader for exp in batch]
     assert len(exps) == 2 * 4 * 4  # steps x batch_size x repeat_times
     assert sorted({(e.eid.batch, e.eid.task) for e in exps}) == [
         (b, t) for b in (1, 2) for t in range(4)

@@ -139,13 +139,8 @@ def checked(path: Path):
 
 
 def read_all(storage) -> list[Experience]:
-    reader = get_buffer_reader(storage)
-    out: list[Experience] = []
-    while True:
-        try:
-            out += reader.read()
-        except StopIteration:
-            return out
+    """Every experience in ``storage`` (a buffer reader iterates over batches)."""
+    return [exp for batch in get_buffer_reader(storage) for exp in batch]
 
 
 def metrics_lines(config) -> list[dict]:
