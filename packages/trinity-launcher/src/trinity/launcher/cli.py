@@ -19,12 +19,10 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from trinity.algorithm import ALGORITHM_TYPE, apply_algorithm_defaults
-from trinity.common.config import Config, ConfigError, load_config
-from trinity.common.rewards import REWARD_FUNCTIONS
-from trinity.common.workflows import WORKFLOWS
-from trinity.utils.plugin_loader import PluginLoadError, load_plugins
-from trinity.utils.registry import RegistryError, UnknownModuleError
+from trinity.common.config import Config, ConfigError
+from trinity.launcher.validation import check_component_names, validate_config  # noqa: F401
+from trinity.utils.plugin_loader import PluginLoadError
+from trinity.utils.registry import RegistryError
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
@@ -63,46 +61,10 @@ def _summary(config: Config) -> str:
 def prepare_config(config_path: str, plugin_dirs: Sequence[str] = ()) -> tuple[Config, list[str]]:
     """Load plugins and the config, fill the algorithm type's defaults, run every check.
 
-    Returns the ready config and the warnings of the algorithm type's own checks.
+    Returns the ready config and the warnings of the algorithm type's own checks (see
+    :func:`trinity.launcher.validation.validate_config`, which Trinity Studio shares).
     """
-    load_plugins(plugin_dirs or None)
-    config = apply_algorithm_defaults(load_config(config_path))
-    config.check_and_update()
-    check_component_names(config)
-    warnings = ALGORITHM_TYPE.get(config.algorithm.algorithm_type).check_config(config) or []
-    return config, list(warnings)
-
-
-def check_component_names(config: Config) -> None:
-    """Refuse workflow / reward-function names nobody registered, before anything starts.
-
-    A typo would otherwise surface as a failed task in every batch of a started run. Names
-    are looked up in the registries, so built-ins (entry points of installed packages) and
-    plugins loaded from ``--plugin-dir`` count. Per-row names (``format.workflow_key``) are
-    checked when the rows are read.
-
-    Raises:
-        ValueError: naming the config field, the bad name and the closest known name.
-    """
-    explorer_input = config.buffer.explorer_input
-    sets = [("taskset", explorer_input.taskset)] if explorer_input.taskset is not None else []
-    sets += [(f"tasksets[{i}]", t) for i, t in enumerate(explorer_input.tasksets)]
-    sets += [(f"eval_tasksets[{i}]", t) for i, t in enumerate(explorer_input.eval_tasksets)]
-    errors = []
-    for where, taskset in sets:
-        for field, registry in (
-            ("default_workflow_type", WORKFLOWS),
-            ("default_reward_fn_type", REWARD_FUNCTIONS),
-        ):
-            name = getattr(taskset, field, None)
-            if name is None:
-                continue
-            try:
-                registry.get(name)
-            except UnknownModuleError as exc:
-                errors.append(f"buffer.explorer_input.{where}.{field}: {exc}")
-    if errors:
-        raise ValueError("\n".join(errors))
+    return validate_config(config_path, plugin_dirs)
 
 
 def _validate_and_run(config_path: str, plugin_dirs: Sequence[str]) -> int:
@@ -174,9 +136,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a job from a config file")
     _add_run_arguments(run, positional=False)
+    studio = sub.add_parser(
+        "studio",
+        help="start Trinity Studio, the config generator (pip install 'trinity-launcher[studio]')",
+    )
+    studio.add_argument("--port", type=int, default=8501, help="port to serve on (8501)")
+    studio.add_argument(
+        "--address", default="127.0.0.1", help="address to listen on (127.0.0.1: this machine)"
+    )
+    studio.add_argument(
+        "--plugin-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="plugin directory whose workflows, rewards, operators and config entries "
+        "the page lists (repeatable; also TRINITY_PLUGIN_DIRS)",
+    )
     args = parser.parse_args(argv)
     if args.command == "run":
         return _validate_and_run(args.config, args.plugin_dir)
+    if args.command == "studio":
+        from trinity.manager.studio import run_studio
+
+        return run_studio(args.port, args.address, args.plugin_dir)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse exits first
     return EXIT_BAD_INPUT
 

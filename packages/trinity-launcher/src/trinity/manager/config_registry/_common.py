@@ -1,0 +1,41 @@
+"""Small helpers shared by the config-entry modules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import streamlit as st
+
+
+def choices(options: Iterable[Any], key: str) -> list[Any]:
+    """``options`` plus the key's current value when it is not among them.
+
+    A YAML loaded into the page may name a plugin workflow or a value this page does not
+    list; the selectbox keeps it (the schema check then says whether it is valid) instead of
+    silently switching to the first option.
+    """
+    values = list(dict.fromkeys(options))
+    current = st.session_state.get(key)
+    if current is not None and current not in values:
+        values.append(current)
+    return values
+
+
+def registry_names(registry: Any) -> list[str]:
+    """Names a Trinity registry knows: registered in this process or advertised by packages."""
+    try:
+        return list(registry.list())
+    except Exception:  # a broken entry point must not take the page down
+        return sorted(registry.modules)
+
+
+def literal_values(annotation: Any) -> list[Any]:
+    """The allowed values of a schema type such as ``Annotated[Literal["a", "b"], ...]``."""
+    from typing import Annotated, Literal, get_args, get_origin
+
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) is Literal:
+        return list(get_args(annotation))
+    raise TypeError(f"not a Literal type: {annotation!r}")
