@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 from typing import Any, Optional
@@ -428,6 +429,22 @@ class ConfigManager:
         by_key: dict[str, list[str]] = {}
         for issue in report.issues:
             key = key_for_path(issue.path, paths, CONFIG_GENERATORS.rendered)
+            if key is None:  # a task set inherits the name from the explorer_input default
+                inherited = re.sub(
+                    r"^buffer\.explorer_input\.(taskset|eval_tasksets\.\d+)\."
+                    r"(default_workflow_type|default_reward_fn_type)$",
+                    lambda m: "buffer.explorer_input."
+                    + (
+                        "default_eval_workflow_type"
+                        if m.group(1) != "taskset" and m.group(2) == "default_workflow_type"
+                        else m.group(2)
+                    ),
+                    normalize_path(issue.path),
+                )
+                key = key_for_path(inherited, paths, CONFIG_GENERATORS.rendered)
+                if key is None and inherited.endswith("default_eval_workflow_type"):
+                    inherited = "buffer.explorer_input.default_workflow_type"
+                    key = key_for_path(inherited, paths, CONFIG_GENERATORS.rendered)
             text = (
                 f"{issue.message} (`{normalize_path(issue.path)}`)" if issue.path else issue.message
             )

@@ -278,6 +278,15 @@ def set_experience_buffer_path(**kwargs):
     st.text_input(title, help=help_msg, **kwargs)
 
 
+@CONFIG_GENERATORS.register_check()
+def check_experience_buffer_path(unfinished_fields: set, key: str):
+    # The launcher would derive a path in the run's cache directory, which is right for an
+    # experience buffer the explorer fills and wrong for an SFT/DPO data set.
+    if is_offline() and not (st.session_state[key] or "").strip():
+        unfinished_fields.add(key)
+        st.warning(f"Please input the {st.session_state['algorithm_type'].upper()} dataset path.")
+
+
 _OFFLINE_KEYS = {
     "offline_dataset_split": ("buffer.trainer_input.experience_buffer.split", "train"),
     "offline_prompt_type": ("buffer.trainer_input.experience_buffer.format.prompt_type", None),

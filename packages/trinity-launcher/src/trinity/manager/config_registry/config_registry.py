@@ -132,6 +132,19 @@ class ConfigRegistry(Registry):
                 check(unfinished_fields=self.unfinished_fields)
 
     # ------------------------------------------------------------------ registration
+    def unregister_config(self, config_name: str) -> None:
+        """Remove an entry, its check and the default keys it declared (tests, notebooks)."""
+        origin = self._owners.get(config_name)
+        for key in [k for k, owner in self._owners.items() if owner == origin]:
+            self._owners.pop(key, None)
+            if key != f"check_{config_name}":
+                self._default_config.pop(key, None)
+        self._owners.pop(f"check_{config_name}", None)
+        self._config_visibles.pop(config_name, None)
+        self._config_paths.pop(config_name, None)
+        self.unregister(config_name)
+        self.unregister(f"check_{config_name}")
+
     def _claim(self, key: str, origin: str) -> None:
         owner = self._owners.get(key)
         if owner is not None and owner != origin:
