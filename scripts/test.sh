@@ -23,6 +23,7 @@ extras_of() {
 
 ARTIFACTS="$ROOT/test-artifacts"
 mkdir -p "$ARTIFACTS"
+export TRINITY_TEST_ARTIFACTS="$ARTIFACTS"  # tests save screenshots and the like here
 rm -f "$ARTIFACTS"/junit-*.xml
 failed=()
 
@@ -58,6 +59,20 @@ if ! command -v bwrap >/dev/null 2>&1; then
       exit 1
     fi
     echo "=== no bubblewrap: the code-sandbox tests will skip"
+  fi
+fi
+
+# Chromium and its driver run the Studio's browser test (selenium drives them; it never downloads
+# a browser). Installed from Debian's packages when missing; elsewhere that test skips, saying why.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "=== installing chromium (Studio browser test)"
+    (apt-get install -y -qq chromium chromium-driver \
+      || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)) \
+      >/dev/null 2>&1 || true
+  fi
+  if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    echo "=== no chromium: the Studio browser test will skip"
   fi
 fi
 
