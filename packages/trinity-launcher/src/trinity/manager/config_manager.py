@@ -433,11 +433,13 @@ class ConfigManager:
                 inherited = re.sub(
                     r"^buffer\.explorer_input\.(taskset|eval_tasksets\.\d+)\."
                     r"(default_workflow_type|default_reward_fn_type)$",
-                    lambda m: "buffer.explorer_input."
-                    + (
-                        "default_eval_workflow_type"
-                        if m.group(1) != "taskset" and m.group(2) == "default_workflow_type"
-                        else m.group(2)
+                    lambda m: (
+                        "buffer.explorer_input."
+                        + (
+                            "default_eval_workflow_type"
+                            if m.group(1) != "taskset" and m.group(2) == "default_workflow_type"
+                            else m.group(2)
+                        )
                     ),
                     normalize_path(issue.path),
                 )
