@@ -152,7 +152,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="plugin directory whose workflows, rewards, operators and config entries "
         "the page lists (repeatable; also TRINITY_PLUGIN_DIRS)",
     )
+    plot = sub.add_parser("plot", help="write a PNG of a run's reward curve (from metrics.jsonl)")
+    plot.add_argument("run_dir", help="the run directory holding metrics.jsonl")
+    plot.add_argument("--out", default=None, help="PNG to write (default RUN_DIR/reward.png)")
+    plot.add_argument(
+        "--metric",
+        action="append",
+        default=None,
+        help="metric to draw (repeatable; default: every */reward/mean* metric)",
+    )
     args = parser.parse_args(argv)
+    if args.command == "plot":
+        from trinity.launcher.plot import PlotError, plot_run
+
+        try:
+            out = plot_run(args.run_dir, args.out, args.metric)
+        except PlotError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"Wrote {out}")
+        return EXIT_OK
     if args.command == "run":
         return _validate_and_run(args.config, args.plugin_dir)
     if args.command == "studio":

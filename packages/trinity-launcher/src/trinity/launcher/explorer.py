@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from trinity.common.config import Config, ExperienceBufferConfig
 from trinity.common.experience import Experience
-from trinity.launcher.progress import JsonlMonitor, Monitor, ProgressReporter
+from trinity.launcher.progress import Monitor, ProgressReporter
 from trinity.launcher.runner import RunnerPool, TaskResult, assign_task_ids
 from trinity.utils.log import get_logger
 
@@ -241,8 +241,8 @@ class Explorer:
             stay running after :meth:`shutdown`.
         auxiliary_engines: likewise, per ``explorer.auxiliary_models`` entry.
         plugin_dirs: loaded by every workflow runner (default: ``TRINITY_PLUGIN_DIRS``).
-        monitor: metrics sink (default: :class:`JsonlMonitor` on
-            ``<checkpoint_job_dir>/metrics.jsonl``).
+        monitor: metrics sink (default: ``<checkpoint_job_dir>/metrics.jsonl`` plus the
+            config's ``monitor.monitor_type``, see :func:`trinity.launcher.monitor.create_monitor`).
         progress: progress display (default: none; the launcher passes one).
         tasks_per_runner: see :class:`~trinity.launcher.runner.RunnerPool`.
     """
@@ -298,7 +298,9 @@ class Explorer:
         self._own_engines: list[Any] = []
         self.plugin_dirs = list(plugin_dirs) if plugin_dirs is not None else None
         if monitor is None and config.checkpoint_job_dir:
-            monitor = JsonlMonitor(os.path.join(config.checkpoint_job_dir, "metrics.jsonl"))
+            from trinity.launcher.monitor import create_monitor
+
+            monitor = create_monitor(config)
         self.monitor = monitor
         self.progress = progress
         self.tasks_per_runner = tasks_per_runner

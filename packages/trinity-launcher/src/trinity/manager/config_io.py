@@ -6,8 +6,6 @@ Kept apart from the page so it is tested directly and reused by ``trinity studio
 from __future__ import annotations
 
 import copy
-import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -198,35 +196,25 @@ def key_for_path(path: str, paths: Mapping[str, str], keys: Iterable[str]) -> Op
 
 
 # ---------------------------------------------------------------------- metrics
-METRICS_FILE = "metrics.jsonl"
+# (shared with ``trinity plot``)
+from trinity.launcher.plot import METRICS_FILE, read_metrics, reward_curve  # noqa: E402
 
-
-def read_metrics(run_dir: str) -> list[dict[str, Any]]:
-    """The rows of ``RUN_DIR/metrics.jsonl`` (a partly written last line is skipped)."""
-    path = os.path.join(run_dir, METRICS_FILE)
-    rows: list[dict[str, Any]] = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(row, dict) and "step" in row:
-                    rows.append(row)
-    except FileNotFoundError:
-        return []
-    return rows
-
-
-def reward_curve(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
-    """``{metric: [(step, value), ...]}`` for every ``.../reward/mean...`` metric in ``rows``."""
-    curves: dict[str, list[tuple[int, float]]] = {}
-    for row in rows:
-        for key, value in row.items():
-            if "reward/mean" in key and isinstance(value, (int, float)):
-                curves.setdefault(key, []).append((int(row["step"]), float(value)))
-    return curves
+__all__ = [
+    "METRICS_FILE",
+    "ValidationReport",
+    "YAMLLoadError",
+    "deep_merge",
+    "get_path",
+    "has_path",
+    "key_for_path",
+    "normalize_path",
+    "ordered",
+    "parse_yaml",
+    "pop_path",
+    "read_metrics",
+    "reward_curve",
+    "schema_defaults",
+    "set_path",
+    "to_yaml",
+    "validate",
+]

@@ -1,0 +1,201 @@
+"""Metrics sinks: ``monitor.monitor_type`` (tensorboard, wandb, mlflow) plus ``metrics.jsonl``.
+
+Every run writes ``<checkpoint_job_dir>/metrics.jsonl`` (one JSON object per step; what
+``trinity plot`` and Trinity Studio read) and, next to it, the monitor the config names:
+
+* ``tensorboard`` (default): event files in ``<job dir>/monitor/tensorboard``;
+* ``wandb``: a W&B run (project/group/name from the config). Without ``WANDB_API_KEY`` or an
+  explicit ``monitor_args.mode`` it runs ``offline`` into ``<job dir>/monitor/wandb`` (sync later
+  with ``wandb sync``), so a laptop run never blocks on a login prompt;
+* ``mlflow``: an MLflow run; tracking URI from ``monitor_args.tracking_uri``, else
+  ``MLFLOW_TRACKING_URI``, else a local SQLite store ``<job dir>/monitor/mlflow/mlflow.db`` (MLflow has
+  retired its file store).
+
+Monitors register in :data:`MONITOR`, so a plugin can add its own
+(``@MONITOR.register_module("my_monitor")`` on a class taking ``(config)``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from typing import Any, Optional
+
+from trinity.common.config import Config
+from trinity.launcher.progress import JsonlMonitor, Monitor
+from trinity.utils.registry import Registry
+
+MONITOR: Registry[type] = Registry("monitor")
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
+    """The finite numeric metrics (booleans as 0/1); strings and structures are left out."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool):
+            out[key] = float(value)
+        elif isinstance(value, numbers.Real) and math.isfinite(float(value)):
+            out[key] = float(value)
+    return out
+
+
+def _monitor_dir(config: Config, name: str) -> str:
+    root = config.monitor.cache_dir or os.path.join(config.checkpoint_job_dir or ".", "monitor")
+    path = os.path.join(root, name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _run_name(config: Config) -> str:
+    return "/".join(p for p in (config.project, config.group, config.name) if p)
+
+
+@MONITOR.register_module("tensorboard")
+class TensorboardMonitor:
+    """Scalars to TensorBoard event files (``tensorboard --logdir <job dir>/monitor``)."""
+
+    def __init__(self, config: Config) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = _monitor_dir(config, "tensorboard")
+        self._writer: Optional[Any] = SummaryWriter(log_dir=self.log_dir)
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        if self._writer is None:
+            raise ValueError("TensorboardMonitor is closed")
+        for key, value in _scalars(metrics).items():
+            self._writer.add_scalar(key, value, global_step=step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+@MONITOR.register_module("wandb")
+class WandbMonitor:
+    """A Weights & Biases run; offline unless an API key or ``monitor_args.mode`` says otherwise."""
+
+    def __init__(self, config: Config) -> None:
+        try:
+            import wandb
+        except ImportError as exc:
+            raise ImportError(
+                "monitor.monitor_type 'wandb' needs wandb: pip install 'trinity-launcher[wandb]'"
+            ) from exc
+        args = dict(config.monitor.monitor_args or {})
+        mode = args.pop("mode", None) or os.environ.get("WANDB_MODE")
+        if mode is None:
+            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+        self.run = wandb.init(
+            project=args.pop("project", config.project),
+            group=args.pop("group", config.group or None),
+            name=args.pop("name", config.name),
+            dir=args.pop("dir", _monitor_dir(config, "wandb")),
+            mode=mode,
+            config=config.flatten(),
+            reinit="finish_previous",
+            **args,
+        )
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        self.run.log(_scalars(metrics), step=step)
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
+@MONITOR.register_module("mlflow")
+class MlflowMonitor:
+    """An MLflow run in ``monitor_args.tracking_uri`` / ``MLFLOW_TRACKING_URI`` / local SQLite."""
+
+    def __init__(self, config: Config) -> None:
+        try:
+            import mlflow
+        except ImportError as exc:
+            raise ImportError(
+                "monitor.monitor_type 'mlflow' needs MLflow: pip install 'trinity-launcher[mlflow]'"
+            ) from exc
+        args = dict(config.monitor.monitor_args or {})
+        uri = args.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            uri = "sqlite:///" + os.path.join(_monitor_dir(config, "mlflow"), "mlflow.db")
+        self._mlflow = mlflow
+        self.client = mlflow.MlflowClient(tracking_uri=uri)
+        self.tracking_uri = uri
+        experiment_name = args.get("experiment_name", config.project)
+        experiment = self.client.get_experiment_by_name(experiment_name)
+        experiment_id = (
+            experiment.experiment_id
+            if experiment is not None
+            else self.client.create_experiment(experiment_name)
+        )
+        tags = {"mlflow.runName": _run_name(config)}
+        if config.group:
+            tags["group"] = config.group
+        self.run_id: Optional[str] = self.client.create_run(experiment_id, tags=tags).info.run_id
+        params = {k: str(v)[:500] for k, v in config.flatten().items() if v is not None}
+        batch = [mlflow.entities.Param(k, v) for k, v in params.items()]
+        for start in range(0, len(batch), 100):
+            self.client.log_batch(self.run_id, params=batch[start : start + 100])
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        if self.run_id is None:
+            raise ValueError("MlflowMonitor is closed")
+        import time
+
+        now = int(time.time() * 1000)
+        entries = [
+            self._mlflow.entities.Metric(_mlflow_key(k), v, now, step)
+            for k, v in _scalars(metrics).items()
+        ]
+        for start in range(0, len(entries), 500):
+            self.client.log_batch(self.run_id, metrics=entries[start : start + 500])
+
+    def close(self) -> None:
+        if self.run_id is not None:
+            self.client.set_terminated(self.run_id)
+            self.run_id = None
+
+
+def _mlflow_key(key: str) -> str:
+    # MLflow allows alphanumerics, _ - . space / and rejects others such as '@' (eval metrics)
+    return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in key)
+
+
+class MultiMonitor:
+    """Fans each step's metrics out to several monitors; closes all of them."""
+
+    def __init__(self, monitors: list[Monitor]) -> None:
+        self.monitors = list(monitors)
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        for monitor in self.monitors:
+            monitor.log(metrics, step)
+
+    def close(self) -> None:
+        errors = []
+        for monitor in self.monitors:
+            try:
+                monitor.close()
+            except Exception as exc:  # close the others all the same
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def create_monitor(config: Config, *, with_jsonl: bool = True) -> MultiMonitor:
+    """``metrics.jsonl`` in the run directory plus the config's ``monitor.monitor_type``."""
+    monitors: list[Monitor] = []
+    if with_jsonl and config.checkpoint_job_dir:
+        monitors.append(JsonlMonitor(os.path.join(config.checkpoint_job_dir, METRICS_FILE)))
+    monitor_type = config.monitor.monitor_type
+    if monitor_type:
+        monitors.append(MONITOR.get(monitor_type)(config))
+    return MultiMonitor(monitors)

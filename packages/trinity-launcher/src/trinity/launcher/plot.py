@@ -1,0 +1,97 @@
+"""Reading a run's ``metrics.jsonl`` and ``trinity plot RUN_DIR`` (a PNG of the reward curve)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(run_dir: str) -> list[dict[str, Any]]:
+    """The rows of ``RUN_DIR/metrics.jsonl`` (a partly written last line is skipped)."""
+    path = os.path.join(run_dir, METRICS_FILE)
+    rows: list[dict[str, Any]] = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(row, dict) and "step" in row:
+                    rows.append(row)
+    except FileNotFoundError:
+        return []
+    return rows
+
+
+def reward_curve(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """``{metric: [(step, value), ...]}`` for every ``.../reward/mean...`` metric in ``rows``."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if "reward/mean" in key and isinstance(value, (int, float)):
+                curves.setdefault(key, []).append((int(row["step"]), float(value)))
+    return curves
+
+
+class PlotError(ValueError):
+    """Nothing to plot: no metrics file, or no reward metric in it."""
+
+
+def plot_run(run_dir: str, out: Optional[str] = None, metrics: Optional[list[str]] = None) -> str:
+    """Write a PNG of the reward curve(s) of ``run_dir``; return its path.
+
+    Args:
+        run_dir: a run directory (``<checkpoint_root_dir>/<project>/<group>/<name>``) holding
+            ``metrics.jsonl``.
+        out: the PNG to write (default ``RUN_DIR/reward.png``).
+        metrics: metric names to draw (default: every ``*/reward/mean*`` metric).
+
+    Raises:
+        PlotError: no ``metrics.jsonl``, or none of the requested metrics in it.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    path = os.path.join(run_dir, METRICS_FILE)
+    rows = read_metrics(run_dir)
+    if not rows:
+        raise PlotError(f"{path}: no metrics (the file is missing or empty)")
+    if metrics:
+        curves = {
+            m: [(int(r["step"]), float(r[m])) for r in rows if isinstance(r.get(m), (int, float))]
+            for m in metrics
+        }
+        missing = [m for m, points in curves.items() if not points]
+        if missing:
+            known = sorted({k for r in rows for k in r if k != "step"})
+            raise PlotError(f"{path}: no values for {missing}; metrics in the file: {known}")
+    else:
+        curves = reward_curve(rows)
+        if not curves:
+            raise PlotError(f"{path}: no '*/reward/mean*' metric in {len(rows)} rows")
+    out = out or os.path.join(run_dir, "reward.png")
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    for name, points in sorted(curves.items()):
+        points = sorted(points)
+        ax.plot(
+            [p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=name
+        )
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.set_title(os.path.basename(os.path.abspath(run_dir)))
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
