@@ -161,7 +161,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="metric to draw (repeatable; default: every */reward/mean* metric)",
     )
+    convert = sub.add_parser(
+        "convert", help="write a Hugging Face model directory from a trainer checkpoint"
+    )
+    convert.add_argument(
+        "checkpoint", help="an actor/, global_step_N/ or run directory (latest step)"
+    )
+    convert.add_argument(
+        "--out", default=None, help="output directory (default: the checkpoint's huggingface/)"
+    )
+    convert.add_argument(
+        "--model-path", default=None, help="the base model, if not where the run found it"
+    )
     args = parser.parse_args(argv)
+    if args.command == "convert":
+        from trinity.launcher.convert import ConvertError, convert_checkpoint
+
+        try:
+            out = convert_checkpoint(args.checkpoint, args.out, args.model_path)
+        except (ConvertError, ImportError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"Wrote {out}")
+        return EXIT_OK
     if args.command == "plot":
         from trinity.launcher.plot import PlotError, plot_run
 
