@@ -99,9 +99,13 @@ def _run_mode(config: Config, config_path: str) -> int:
     try:
         if config.mode == "explore":
             run_explore(config)
+        elif config.mode == "train":
+            from trinity.launcher.trainer.run import run_train
+
+            run_train(config, progress=_StepPrinter())
         else:
             run_bench(config)
-    except LaunchInputError as exc:
+    except (LaunchInputError, FileNotFoundError) as exc:
         print(f"error: {config_path}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -118,6 +122,15 @@ def _run_mode(config: Config, config_path: str) -> int:
     )
     print(f"Mode {config.mode} finished{where}.")
     return EXIT_OK
+
+
+class _StepPrinter:
+    """One line per train step: the numbers one watches."""
+
+    def step(self, step: int, metrics: dict) -> None:
+        keys = ("actor/loss", "actor/grad_norm", "actor/lr", "batch/reward/mean", "time/step")
+        parts = [f"{k.split('/', 1)[1]}={metrics[k]:.4g}" for k in keys if k in metrics]
+        print(f"train step {step}: " + " ".join(parts), flush=True)
 
 
 def launch_main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,102 @@
+"""``mode: train``: train from a data set or buffer with no explorer (SFT, DPO, off-policy RL).
+
+One trainer process (world size 1, gloo on CPU / NCCL on one GPU). The run resumes from the
+last complete checkpoint of its directory when ``continue_from_checkpoint`` is true (the
+default), so a killed run restarted with the same command continues where it stopped: step
+counter, optimizer and lr schedule, and the data set position.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Optional
+
+from trinity.buffer.buffer_reader import EndOfStream
+from trinity.common.config import Config
+from trinity.launcher.trainer.data import DatasetExperienceReader, EndOfData, build_trainer_readers
+from trinity.launcher.trainer.trainer import Trainer
+from trinity.utils.log import get_logger
+
+logger = get_logger(__name__)
+
+
+def build_trainer(config: Config) -> Trainer:
+    """The policy engine (and a reference engine where the loss needs one), readers, loop."""
+    from trinity.algorithm.resolve import resolve_algorithm
+    from trinity.launcher.trainer.verl_engine import (
+        TrinityLoss,
+        VerlEngineSettings,
+        VerlTrainEngine,
+    )
+
+    algorithm = resolve_algorithm(config)
+    schema = algorithm.algorithm.schema_name()
+    total_steps = _total_steps(config, schema)
+    overrides: dict[str, Any] = {"total_training_steps": total_steps or -1}
+    if schema == "dpo":
+        # The DPO loss pairs rows [chosen_i, rejected_i]; micro-batches must not split a pair
+        # and its normalisation is per batch, so a step is one micro-batch (see the engine).
+        rows = 2 * (config.buffer.train_batch_size or config.buffer.batch_size)
+        overrides.update(use_dynamic_bsz=False, micro_batch_size=rows)
+    settings = VerlEngineSettings.from_config(config, **overrides)
+    engine = VerlTrainEngine(settings)
+    ref_engine = None
+    if "ref_logprob" in TrinityLoss.from_algorithm(algorithm).required_fields():
+        ref_engine = VerlTrainEngine(settings)  # the initial policy, never stepped
+    readers = build_trainer_readers(config, schema, engine.tokenizer)
+    pad = getattr(engine.tokenizer, "pad_token_id", None)
+    return Trainer(config, engine, readers, ref_engine=ref_engine, pad_token_id=pad or 0)
+
+
+def _total_steps(config: Config, schema: str) -> Optional[int]:
+    if config.buffer.total_steps:
+        return int(config.buffer.total_steps)
+    exp = config.buffer.trainer_input.experience_buffer
+    if schema in ("sft", "dpo") and exp is not None and exp.storage_type == "file":
+        from trinity.buffer.taskset.loading import load_taskset_data
+
+        rows = len(load_taskset_data(exp.path, split=exp.split, subset_name=exp.subset_name))
+        per_step = config.buffer.train_batch_size or config.buffer.batch_size
+        return max(math.floor(rows * config.buffer.total_epochs / per_step), 1)
+    return None
+
+
+def run_train(config: Config, monitor: Any = None, progress: Any = None) -> dict[str, float]:
+    """Train until ``buffer.total_steps`` or the end of the data; return the last metrics."""
+    from trinity.launcher.monitor import create_monitor
+
+    trainer = build_trainer(config)
+    if config.continue_from_checkpoint:
+        trainer.resume()
+    monitor = monitor or create_monitor(config)
+    total = config.buffer.total_steps
+    interval = config.trainer.save_interval
+    metrics: dict[str, float] = {}
+    saved = trainer.global_step  # resumed runs have this step saved already
+    try:
+        while total is None or trainer.global_step < total:
+            start = time.perf_counter()
+            try:
+                exps, sample_metrics = trainer.sample()
+            except (EndOfData, EndOfStream):  # the data set / buffer is exhausted
+                break
+            metrics = trainer.train_step(exps)
+            metrics.update(sample_metrics)
+            metrics["time/step"] = time.perf_counter() - start
+            monitor.log(metrics, trainer.global_step)
+            if progress is not None:
+                progress.step(trainer.global_step, metrics)
+            if interval and trainer.global_step % interval == 0:
+                trainer.save_checkpoint()
+                saved = trainer.global_step
+        if trainer.global_step > saved:  # the end of the run is always saved
+            trainer.save_checkpoint()
+        trainer.save_final_hf()
+    finally:
+        monitor.close()
+    logger.info("Training finished at step %d", trainer.global_step)
+    return metrics
+
+
+__all__ = ["DatasetExperienceReader", "build_trainer", "run_train"]

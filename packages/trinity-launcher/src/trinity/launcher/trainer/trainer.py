@@ -1,0 +1,255 @@
+"""The training loop above the engine: sample, collate, score, step, checkpoint, resume.
+
+:class:`Trainer` is engine-agnostic (it talks to :class:`TrainEngine`, which
+:class:`~trinity.launcher.trainer.verl_engine.VerlTrainEngine` implements) and holds no math:
+losses, KL and advantages come from trinity-algorithms (resolved from the config exactly as
+the launcher resolves them), batches from core's ``collate_experiences``.
+
+Checkpoints follow verl's layout under the run directory::
+
+    <checkpoint_job_dir>/global_step_N/actor/        engine shards + huggingface/ (config)
+    <checkpoint_job_dir>/global_step_N/trainer_state.json   step, reader positions
+    <checkpoint_job_dir>/latest_checkpointed_iteration.txt   N of the last complete save
+
+The "latest" file is written last, so a run killed while saving resumes from the previous
+complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+import torch
+
+from trinity.common.config import Config
+from trinity.common.experience import Experience, Experiences, collate_experiences
+from trinity.utils.log import get_logger
+
+logger = get_logger(__name__)
+
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+STATE_FILE = "trainer_state.json"
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+class TrainEngine(Protocol):
+    """What the loop needs of a training engine (shapes: ``[B, R]`` over response tokens)."""
+
+    global_step: int
+
+    def compute_logprobs(self, batch: Experiences, temperature: float = 1.0) -> torch.Tensor: ...
+
+    def train_step(
+        self,
+        batch: Experiences,
+        loss: Any,
+        temperature: float = 1.0,
+        extra: Optional[dict[str, torch.Tensor]] = None,
+    ) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, torch.Tensor]: ...
+
+    def save_checkpoint(self, directory: str, step: Optional[int] = None) -> Path: ...
+
+    def load_checkpoint(self, directory: str) -> int: ...
+
+    def save_hf(self, directory: str, dtype: Optional[torch.dtype] = None) -> Path: ...
+
+
+def latest_checkpoint(job_dir: str) -> Optional[int]:
+    """The step of the last *complete* checkpoint in ``job_dir`` (``None``: there is none)."""
+    path = os.path.join(job_dir, LATEST_FILE)
+    try:
+        step = int(Path(path).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return step if os.path.isdir(os.path.join(job_dir, f"global_step_{step}")) else None
+
+
+class Trainer:
+    """Trains ``engine`` on batches the config's sample strategy draws from ``readers``.
+
+    Args:
+        config: a checked config (``check_and_update`` done; algorithm defaults applied).
+        engine: the policy's training engine.
+        readers: the trainer's readers by buffer name (see
+            :func:`~trinity.launcher.trainer.data.build_trainer_readers`).
+        ref_engine: an engine holding the reference policy, when the loss needs
+            ``ref_logprob`` (a KL loss); built by :func:`build_trainer` from the same model.
+        pad_token_id: for collation.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        engine: TrainEngine,
+        readers: dict[str, Any],
+        ref_engine: Optional[TrainEngine] = None,
+        pad_token_id: int = 0,
+    ) -> None:
+        from trinity.algorithm.resolve import resolve_algorithm
+        from trinity.algorithm.sample_strategy import build_sample_strategy
+        from trinity.launcher.trainer.verl_engine import TrinityLoss
+
+        self.config = config
+        self.engine = engine
+        self.ref_engine = ref_engine
+        self.pad_token_id = pad_token_id
+        self.algorithm = resolve_algorithm(config)
+        self.loss = TrinityLoss.from_algorithm(self.algorithm)
+        if "ref_logprob" in self.loss.required_fields() and ref_engine is None:
+            raise ValueError(
+                f"algorithm {self.algorithm.algorithm_type!r} uses a KL loss "
+                f"({self.algorithm.kl_loss_fn}), which needs a reference model; none was given"
+            )
+        self.algorithm_class = self.algorithm.algorithm
+        if getattr(self.algorithm_class, "use_critic", False):
+            raise NotImplementedError(
+                f"algorithm {self.algorithm.algorithm_type!r} trains a critic, which this "
+                "release's trainer does not yet; use a critic-free algorithm (grpo, opmd, ...)"
+            )
+        self.advantage_fn = None
+        if getattr(self.algorithm_class, "compute_advantage_in_trainer", False):
+            from trinity.algorithm.advantage_fn import ADVANTAGE_FN
+            from trinity.algorithm.utils import build_component
+
+            self.advantage_fn = build_component(
+                ADVANTAGE_FN.get(self.algorithm.advantage_fn),
+                self.algorithm.args("advantage_fn"),
+            )
+        self.readers = readers
+        self.sample_strategy = build_sample_strategy(
+            self.algorithm.sample_strategy,
+            readers,
+            self.algorithm.args("sample_strategy"),
+            train_batch_size=config.buffer.train_batch_size or None,
+        )
+        self.temperature = float(
+            config.explorer.rollout_model.temperature
+            if config.explorer.rollout_model.temperature is not None
+            else config.model.temperature
+        )
+        self.job_dir = config.checkpoint_job_dir
+        self.global_step = 0
+
+    # ------------------------------------------------------------------ one step
+    def sample(self) -> tuple[list[Experience], dict[str, float]]:
+        """The next batch (raises the reader's end-of-data exception when it is exhausted)."""
+        return asyncio.run(
+            self.sample_strategy.sample(
+                self.global_step + 1, current_model_version=self.global_step
+            )
+        )
+
+    def train_step(self, exps: list[Experience]) -> dict[str, float]:
+        """One optimizer step on ``exps``; returns the step's metrics."""
+        start = time.perf_counter()
+        metrics: dict[str, float] = {}
+        if self.advantage_fn is not None:
+            exps, adv_metrics = self.advantage_fn(exps)
+            metrics.update({f"advantage/{k}": float(v) for k, v in adv_metrics.items()})
+        batch = collate_experiences(exps, pad_token_id=self.pad_token_id)
+        extra: dict[str, torch.Tensor] = {}
+        if self.ref_engine is not None and "ref_logprob" in self.loss.required_fields():
+            t = time.perf_counter()
+            extra["ref_logprob"] = self.ref_engine.compute_logprobs(batch, self.temperature)
+            metrics["time/ref_logprob"] = time.perf_counter() - t
+        needs_old = "old_logprob" in self.loss.required_fields()
+        if needs_old and (batch.logprobs is None or not self.config.algorithm.bypass_old_logprobs):
+            t = time.perf_counter()
+            extra["old_logprob"] = self.engine.compute_logprobs(batch, self.temperature)
+            metrics["time/old_logprob"] = time.perf_counter() - t
+        metrics.update(self.engine.train_step(batch, self.loss, self.temperature, extra))
+        self.global_step += 1
+        metrics.update(batch_metrics(exps, batch))
+        metrics["time/train_step"] = time.perf_counter() - start
+        return metrics
+
+    # ------------------------------------------------------------------ checkpoints
+    def step_dir(self, step: int) -> str:
+        return os.path.join(self.job_dir, f"global_step_{step}")
+
+    def save_checkpoint(self) -> str:
+        """Engine shards, HF config (and weights per ``trainer.save_hf_checkpoint``), positions."""
+        step = self.global_step
+        directory = self.step_dir(step)
+        actor = os.path.join(directory, "actor")
+        self.engine.save_checkpoint(actor, step=step)
+        state = {
+            "global_step": step,
+            "sample_strategy": _jsonable(self.sample_strategy.state_dict()),
+        }
+        Path(directory, STATE_FILE).write_text(json.dumps(state, indent=2))
+        if self.config.trainer.save_hf_checkpoint == "always":
+            self.engine.save_hf(os.path.join(actor, "huggingface"))
+        Path(self.job_dir, LATEST_FILE).write_text(str(step))  # last: marks it complete
+        self._prune()
+        return directory
+
+    def _prune(self) -> None:
+        keep = self.config.trainer.max_checkpoints_to_keep
+        if keep <= 0:
+            return
+        import shutil
+
+        steps = sorted(
+            int(m.group(1))
+            for p in os.listdir(self.job_dir)
+            if (m := _STEP_DIR.match(p)) and os.path.isdir(os.path.join(self.job_dir, p))
+        )
+        for step in steps[:-keep]:
+            shutil.rmtree(self.step_dir(step), ignore_errors=True)
+
+    def resume(self) -> Optional[int]:
+        """Continue from the last complete checkpoint of the run directory, if any."""
+        step = latest_checkpoint(self.job_dir) if self.job_dir else None
+        if step is None:
+            return None
+        directory = self.step_dir(step)
+        self.engine.load_checkpoint(os.path.join(directory, "actor"))
+        state = json.loads(Path(directory, STATE_FILE).read_text())
+        self.sample_strategy.load_state_dict(state.get("sample_strategy") or {})
+        self.global_step = int(state["global_step"])
+        logger.info("Resumed from %s (step %d)", directory, self.global_step)
+        return self.global_step
+
+    def save_final_hf(self) -> Optional[str]:
+        """The last step's HF weights (``trainer.save_hf_checkpoint``: last / always)."""
+        if self.config.trainer.save_hf_checkpoint == "never" or self.global_step == 0:
+            return None
+        target = os.path.join(self.step_dir(self.global_step), "actor", "huggingface")
+        if not any(f.endswith(".safetensors") for f in os.listdir(target) if os.path.isdir(target)):
+            self.engine.save_hf(target)
+        return target
+
+
+def batch_metrics(exps: list[Experience], batch: Experiences) -> dict[str, float]:
+    """Reward and length statistics of a training batch."""
+    out: dict[str, float] = {"batch/size": float(len(exps))}
+    rewards = [float(e.reward) for e in exps if e.reward is not None]
+    if rewards:
+        mean = sum(rewards) / len(rewards)
+        out["batch/reward/mean"] = mean
+        out["batch/reward/std"] = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    mask = batch.action_mask
+    if mask is not None:
+        lengths = mask.sum(dim=-1).float()
+        out["batch/response_length/mean"] = float(lengths.mean())
+        out["batch/response_length/max"] = float(lengths.max())
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
