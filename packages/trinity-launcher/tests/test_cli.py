@@ -161,7 +161,7 @@ def test_plugin_workflows_count_as_known_names(valid_config, tmp_path):
 def test_modes_without_a_runner_yet_are_validated_only(valid_config):
     out = _run(str(BIN / "trinity-launch"), str(valid_config))  # mode both
     assert out.returncode == 0, out.stderr
-    assert "runs modes explore and bench; mode 'both' is not implemented yet" in out.stdout
+    assert "runs modes explore, bench, train; mode 'both' is not implemented yet" in out.stdout
     assert "nothing was run" in out.stdout
 
 

@@ -2,10 +2,11 @@
 
 ``trinity-launch config.yaml`` and ``trinity run --config config.yaml`` load plugin directories,
 then load and validate the config, then run it. This release runs modes ``explore`` (write
-experiences for an external trainer, evaluate on schedule) and ``bench`` (evaluate the model and
-its checkpoints); modes ``both``, ``train`` and ``serve`` come with the trainer, and until then a
-valid config in those modes is reported and nothing is run -- the command says so plainly
-instead of pretending.
+experiences for an external trainer, evaluate on schedule), ``bench`` (evaluate the model and
+its checkpoints) and ``train`` (SFT, DPO, off-policy RL from a data set or buffer on verl's
+FSDP2 engine); for ``both`` and ``serve`` a valid config is reported and nothing is run -- the
+command says so plainly instead of pretending. ``trinity studio``, ``trinity plot`` and
+``trinity convert`` are the other commands.
 
 Exit status: 0 on success; 2 for bad input (a bad config, a missing plugin directory or task-set
 file, ...), with one message naming each bad field and never a traceback; 1 when a started run
@@ -86,7 +87,7 @@ def _validate_and_run(config_path: str, plugin_dirs: Sequence[str]) -> int:
     if config.mode not in RUNNABLE_MODES:
         print(
             f"Validated only: this trinity-launcher release runs modes "
-            f"{' and '.join(RUNNABLE_MODES)}; mode {config.mode!r} is not implemented yet, "
+            f"{', '.join(RUNNABLE_MODES)}; mode {config.mode!r} is not implemented yet, "
             "so nothing was run."
         )
         return EXIT_OK
