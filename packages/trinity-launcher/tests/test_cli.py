@@ -53,11 +53,11 @@ def test_console_scripts_are_installed():
 
 @pytest.mark.skipif(not QUICKSTART.exists(), reason="needs the repository checkout")
 def test_quickstart_config_validates_and_says_nothing_ran():
-    out = _run(str(BIN / "trinity-launch"), str(QUICKSTART), cwd=QUICKSTART.parents[1])
+    out = _run(str(BIN / "trinity-launch"), str(QUICKSTART), "--dry-run", cwd=QUICKSTART.parents[1])
     assert out.returncode == 0, out.stderr
     assert "Config OK: mode=both" in out.stdout
     assert "algorithm: grpo (repeat_times=8)" in out.stdout
-    assert "nothing was run" in out.stdout
+    assert "Dry run: the config is valid; nothing was run." in out.stdout
 
 
 def test_trinity_run_loads_plugin_dirs_first(valid_config, tmp_path):
@@ -66,7 +66,13 @@ def test_trinity_run_loads_plugin_dirs_first(valid_config, tmp_path):
     marker = tmp_path / "plugin-ran"
     (plugins / "my_plugin.py").write_text(f"open({str(marker)!r}, 'w').write('yes')\n")
     out = _run(
-        str(BIN / "trinity"), "run", "--config", str(valid_config), "--plugin-dir", str(plugins)
+        str(BIN / "trinity"),
+        "run",
+        "--config",
+        str(valid_config),
+        "--plugin-dir",
+        str(plugins),
+        "--dry-run",
     )
     assert out.returncode == 0, out.stderr
     assert marker.read_text() == "yes"
@@ -116,7 +122,7 @@ def test_algorithm_defaults_and_unknown_components(valid_config, tmp_path):
     assert "algorithm.policy_loss_fn" in out.stderr and "Did you mean 'ppo'" in out.stderr
     ok = tmp_path / "ok_algo.yaml"
     ok.write_text(valid_config.read_text().replace("  repeat_times: 4\n", ""))
-    out = _run(str(BIN / "trinity-launch"), str(ok))
+    out = _run(str(BIN / "trinity-launch"), str(ok), "--dry-run")
     assert out.returncode == 0, out.stderr
     assert "algorithm: grpo (repeat_times=2)" in out.stdout  # GRPO's own default
 
@@ -154,14 +160,18 @@ def test_plugin_workflows_count_as_known_names(valid_config, tmp_path):
     valid_config.write_text(valid_config.read_text().replace("math_workflow", "my_plugin_workflow"))
     bare = _run(str(BIN / "trinity-launch"), str(valid_config))
     assert bare.returncode == 2 and "my_plugin_workflow" in bare.stderr
-    out = _run(str(BIN / "trinity-launch"), str(valid_config), "--plugin-dir", str(plugins))
+    out = _run(
+        str(BIN / "trinity-launch"), str(valid_config), "--plugin-dir", str(plugins), "--dry-run"
+    )
     assert out.returncode == 0, out.stderr
 
 
 def test_modes_without_a_runner_yet_are_validated_only(valid_config):
-    out = _run(str(BIN / "trinity-launch"), str(valid_config))  # mode both
+    serve = valid_config.parent / "serve.yaml"
+    serve.write_text("mode: serve\n" + valid_config.read_text())
+    out = _run(str(BIN / "trinity-launch"), str(serve))
     assert out.returncode == 0, out.stderr
-    assert "runs modes explore, bench, train; mode 'both' is not implemented yet" in out.stdout
+    assert "mode 'serve' is not implemented yet" in out.stdout
     assert "nothing was run" in out.stdout
 
 

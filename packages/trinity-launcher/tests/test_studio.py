@@ -423,8 +423,10 @@ def test_launch_runs_trinity_launch_on_the_generated_config(tmp_path):
         time.sleep(0.5)
     text = log.read_text()
     if process.poll() is None:
-        process.terminate()
-        process.wait(30)
+        from trinity.manager.config_manager import stop_run
+
+        stop_run(process)
+    assert process.poll() is not None
     assert "Config OK: mode=both" in text, text
 
 

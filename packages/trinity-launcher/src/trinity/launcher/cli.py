@@ -43,6 +43,11 @@ def _add_run_arguments(parser: argparse.ArgumentParser, positional: bool) -> Non
         metavar="DIR",
         help="directory of plugin modules to import first (repeatable; also TRINITY_PLUGIN_DIRS)",
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the config (every check a run makes before starting) and stop",
+    )
 
 
 def _summary(config: Config) -> str:
@@ -68,7 +73,7 @@ def prepare_config(config_path: str, plugin_dirs: Sequence[str] = ()) -> tuple[C
     return validate_config(config_path, plugin_dirs)
 
 
-def _validate_and_run(config_path: str, plugin_dirs: Sequence[str]) -> int:
+def _validate_and_run(config_path: str, plugin_dirs: Sequence[str], dry_run: bool = False) -> int:
     """Validate, then run the modes this release can run."""
     try:
         config, warnings = prepare_config(config_path, plugin_dirs)
@@ -84,6 +89,9 @@ def _validate_and_run(config_path: str, plugin_dirs: Sequence[str]) -> int:
     sys.stdout.flush()
     from trinity.launcher.modes import RUNNABLE_MODES
 
+    if dry_run:
+        print("Dry run: the config is valid; nothing was run.")
+        return EXIT_OK
     if config.mode not in RUNNABLE_MODES:
         print(
             f"Validated only: this trinity-launcher release runs modes "
@@ -100,6 +108,10 @@ def _run_mode(config: Config, config_path: str) -> int:
     try:
         if config.mode == "explore":
             run_explore(config)
+        elif config.mode == "both":
+            from trinity.launcher.both import run_both
+
+            run_both(config)
         elif config.mode == "train":
             from trinity.launcher.trainer.run import run_train
 
@@ -141,7 +153,7 @@ def launch_main(argv: Sequence[str] | None = None) -> int:
     )
     _add_run_arguments(parser, positional=True)
     args = parser.parse_args(argv)
-    return _validate_and_run(args.config, args.plugin_dir)
+    return _validate_and_run(args.config, args.plugin_dir, args.dry_run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Wrote {out}")
         return EXIT_OK
     if args.command == "run":
-        return _validate_and_run(args.config, args.plugin_dir)
+        return _validate_and_run(args.config, args.plugin_dir, args.dry_run)
     if args.command == "studio":
         from trinity.manager.studio import run_studio
 

@@ -187,3 +187,18 @@ def build_tiny_model(
     tokenizer.save_pretrained(path)
     stamp.write_text(json.dumps(asdict(spec)))
     return path
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m trinity.launcher.tiny_model DIR``: build (or reuse) the tiny model in DIR."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("path", help="model directory (reused when built from the same spec)")
+    args = parser.parse_args(argv)
+    print(build_tiny_model(args.path))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -642,7 +642,7 @@ class ConfigManager:
             if running:
                 st.info(f"Running (pid {process.pid}); output in `{log_path}`.")
                 if st.button("Stop Run", key="_stop_run"):
-                    process.terminate()
+                    stop_run(process)
             else:
                 code = process.returncode
                 (st.success if code == 0 else st.error)(f"The run exited with status {code}.")
@@ -709,6 +709,20 @@ def launch_run(yaml_text: str, job_dir: str) -> subprocess.Popen:
     process.trinity_log_path = log_path  # type: ignore[attr-defined]
     process.trinity_config_path = config_path  # type: ignore[attr-defined]
     return process
+
+
+def stop_run(process: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Stop a launched run and everything it started (its own process group: Ray, engines)."""
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGINT)  # trinity-launch shuts Ray down on Ctrl-C
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout)
+    except ProcessLookupError:
+        pass
 
 
 def tail(path: str, lines: int = 30) -> str:
