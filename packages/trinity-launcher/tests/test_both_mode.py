@@ -20,7 +20,6 @@ pytest.importorskip("verl")
 pytest.importorskip("ray")
 
 from trinity.launcher.both import required_version  # noqa: E402
-from trinity.launcher.tiny_model import build_tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -38,13 +37,6 @@ REPO = Path(__file__).resolve().parents[3]
 def test_required_version(interval, offset, expected):
     got = [required_version(e, interval, offset) for e in range(1, len(expected) + 1)]
     assert got == expected
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("tiny")
-    build_tiny_model(path)
-    return str(path)
 
 
 def run_both(tmp_path: Path, model_path: str, name: str, **sync) -> tuple[list[dict], Path]:

@@ -17,23 +17,10 @@ pytest.importorskip("verl")
 from trinity.common.experience import Experience, collate_experiences  # noqa: E402
 from trinity.launcher.cli import main  # noqa: E402
 from trinity.launcher.explorer import find_checkpoints  # noqa: E402
-from trinity.launcher.tiny_model import build_tiny_model  # noqa: E402
 from trinity.launcher.trainer import TrinityLoss, VerlEngineSettings, VerlTrainEngine  # noqa: E402
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("tiny")
-    build_tiny_model(path)
-    return str(path)
+# in-process training: one torch thread (see conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def hf_state(path) -> dict[str, torch.Tensor]:

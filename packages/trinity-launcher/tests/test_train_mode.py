@@ -20,16 +20,8 @@ import yaml
 
 pytest.importorskip("verl")
 
-from trinity.launcher.tiny_model import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("tiny")
-    build_tiny_model(path)
-    return str(path)
 
 
 def sft_rows(n: int, seed: int = 0) -> list[dict]:

@@ -27,7 +27,6 @@ except Exception as exc:  # pragma: no cover - depends on the environment
 from trinity.algorithm.entropy_loss_fn import entropy_from_logits
 from trinity.algorithm.resolve import resolve_algorithm
 from trinity.common.experience import Experience, Experiences, collate_experiences
-from trinity.launcher.tiny_model import build_tiny_model
 from trinity.launcher.trainer import (
     SUPPORTED_VERL_VERSION,
     TrinityLoss,
@@ -36,6 +35,9 @@ from trinity.launcher.trainer import (
     VerlTrainEngine,
 )
 from trinity.launcher.trainer.verl_compat import check_verl_version
+
+# in-process training: one torch thread (see conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 #: Where engines and references run: "cpu" (gloo) here and in CI; "cuda" runs the very same checks
 #: on a GPU (NCCL), with fp32 compute so the parity tolerances hold.
@@ -50,23 +52,6 @@ SHAPES = [(3, 5, [2]), (6, 2, []), (4, 7, [1, 5]), (2, 1, []), (5, 4, [])]
 
 
 # ------------------------------------------------------------------------------------ fixtures
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: the tiny model gains nothing from more, and on 2 shared cores two
-    OpenMP threads contend (measured: 0.7 s vs 7 ms for a forward/backward)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("tiny-qwen2")
-    build_tiny_model(path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
