@@ -49,6 +49,9 @@ def run_both(tmp_path: Path, model_path: str, name: str, **sync) -> tuple[list[d
 
 
 def launch_both(tmp_path: Path, model_path: str, name: str, **sync) -> subprocess.CompletedProcess:
+    tasks = tmp_path / "tasks.jsonl"
+    rows = (REPO / "examples" / "data" / "arithmetic" / "train.jsonl").read_text().splitlines()
+    tasks.write_text("\n".join(rows[:8]) + "\n")
     config = {
         "mode": "both",
         "project": "both",
@@ -58,13 +61,14 @@ def launch_both(tmp_path: Path, model_path: str, name: str, **sync) -> subproces
         "model": {"model_path": model_path, "max_prompt_tokens": 32, "max_response_tokens": 4},
         "cluster": {"gpu_per_node": 0},
         "buffer": {
+            # 8 tasks x 2 epochs / 4 per step: the run ends when the task set does (the
+            # explorer closes its writer, the trainer drains the queue and stops)
             "batch_size": 4,
-            "total_steps": 4,
+            "total_epochs": 2,
             "explorer_input": {
                 "taskset": {
                     "name": "arithmetic",
-                    "path": str(REPO / "examples" / "data" / "arithmetic"),
-                    "split": "train",
+                    "path": str(tasks),
                     "format": {"prompt_key": "question", "response_key": "answer"},
                     "default_workflow_type": "arithmetic_workflow",
                 }

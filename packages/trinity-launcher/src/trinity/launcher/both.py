@@ -158,7 +158,7 @@ async def run_both_async(config: Config, explorer: Any, trainer: Any, merger: St
                 start = time.perf_counter()
                 try:
                     exps, sample_metrics = await asyncio.to_thread(trainer.sample)
-                except (EndOfStream, EndOfData):
+                except (EndOfStream, EndOfData, StopAsyncIteration):  # data used up
                     break
                 metrics = await asyncio.to_thread(trainer.train_step, exps)
                 metrics.update(sample_metrics)

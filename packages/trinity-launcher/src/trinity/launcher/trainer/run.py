@@ -79,7 +79,7 @@ def run_train(config: Config, monitor: Any = None, progress: Any = None) -> dict
             start = time.perf_counter()
             try:
                 exps, sample_metrics = trainer.sample()
-            except (EndOfData, EndOfStream):  # the data set / buffer is exhausted
+            except (EndOfData, EndOfStream, StopAsyncIteration):  # data used up
                 break
             metrics = trainer.train_step(exps)
             metrics.update(sample_metrics)
