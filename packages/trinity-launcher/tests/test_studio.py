@@ -295,6 +295,11 @@ def test_plugin_workflows_and_config_entries_show_up(tmp_path, studio_plugin):
     at.selectbox(key="default_workflow_type").set_value("studio_plugin_workflow").run()
     at.radio(key="_page_mode").set_value("Expert Mode").run()
     assert "Other" in [t.label for t in at.tabs]
+    # operators: what trinity-buffer's registry holds (entry points of the installed package)
+    operators = at.multiselect(key="experience_operators")
+    assert {"reward_filter", "reward_std_filter"} <= set(operators.options)
+    operators.set_value(["reward_filter"]).run()
+    at.text_area(key="experience_operator_args").input("reward_filter: {threshold: 0.5}").run()
     at.number_input(key="studio_plugin_report_interval").set_value(13).run()
     assert "13 is unlucky" in [w.value for w in at.warning]
     assert at.button(key="_generate_config").disabled
@@ -302,6 +307,9 @@ def test_plugin_workflows_and_config_entries_show_up(tmp_path, studio_plugin):
     config = yaml.safe_load(generate(at))
     assert config["explorer"]["runner_state_report_interval"] == 30
     assert config["buffer"]["explorer_input"]["default_workflow_type"] == "studio_plugin_workflow"
+    assert config["data_processor"]["experience_pipeline"]["operators"] == [
+        {"name": "reward_filter", "args": {"threshold": 0.5}}
+    ]
 
 
 def test_unknown_workflow_in_a_loaded_yaml_is_shown_at_its_field(tmp_path):
