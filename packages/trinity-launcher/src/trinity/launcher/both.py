@@ -153,6 +153,7 @@ async def run_both_async(config: Config, explorer: Any, trainer: Any, merger: St
 
     async def train_loop() -> None:
         total = config.buffer.total_steps
+        previous_end = time.perf_counter()
         try:
             while total is None or trainer.global_step < total:
                 start = time.perf_counter()
@@ -172,6 +173,9 @@ async def run_both_async(config: Config, explorer: Any, trainer: Any, merger: St
                 metrics["model_version"] = float(state["version"])
                 if save_interval and step % save_interval == 0:
                     await asyncio.to_thread(trainer.save_checkpoint)
+                now = time.perf_counter()
+                metrics["time/step_wall"] = now - previous_end  # end of a step to the next
+                previous_end = now
                 merger.log(metrics, step)
                 merger.flush(step)
                 last.clear()
