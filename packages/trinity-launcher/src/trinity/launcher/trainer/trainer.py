@@ -224,7 +224,10 @@ class Trainer:
         if self.config.trainer.save_hf_checkpoint == "never" or self.global_step == 0:
             return None
         target = os.path.join(self.step_dir(self.global_step), "actor", "huggingface")
-        if not any(f.endswith(".safetensors") for f in os.listdir(target) if os.path.isdir(target)):
+        has_weights = os.path.isdir(target) and any(
+            f.endswith(".safetensors") for f in os.listdir(target)
+        )
+        if not has_weights:
             self.engine.save_hf(target)
         return target
 
