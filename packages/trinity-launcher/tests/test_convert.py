@@ -3,10 +3,6 @@ transformers loads with exactly the trainer's weights; bench mode finds them."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +14,7 @@ from trinity.common.experience import Experience, collate_experiences  # noqa: E
 from trinity.launcher.cli import main  # noqa: E402
 from trinity.launcher.explorer import find_checkpoints  # noqa: E402
 from trinity.launcher.trainer import TrinityLoss, VerlEngineSettings, VerlTrainEngine  # noqa: E402
+from trinity.launcher.trainer.ranks import run_ranks  # noqa: E402
 
 # in-process training: one torch thread (see conftest.one_thread)
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -85,28 +82,8 @@ engine.save_checkpoint(sys.argv[2], step=5)
 @pytest.mark.slow
 def test_convert_a_two_rank_checkpoint(model_path, tmp_path):
     actor = tmp_path / "global_step_5" / "actor"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-W", "ignore", "-c", _SAVE_RANK, model_path, str(actor)],
-            env=dict(
-                os.environ,
-                RANK=str(rank),
-                LOCAL_RANK=str(rank),
-                WORLD_SIZE="2",
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    logs = [p.communicate(timeout=240)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    results = run_ranks(_SAVE_RANK, [model_path, str(actor)], 2, timeout=240)
+    assert [code for code, _ in results] == [0, 0], "".join(log[-2000:] for _, log in results)
     assert sorted(p.name for p in Path(actor).glob("model_*.pt")) == [
         "model_world_size_2_rank_0.pt",
         "model_world_size_2_rank_1.pt",

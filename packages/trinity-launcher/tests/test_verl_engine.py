@@ -426,9 +426,6 @@ def test_two_gloo_ranks_equal_one_process(model_path, experiences, batch, tmp_pa
     """Data parallelism: 2 ranks with uneven shards (3 and 2 rows, different token counts) take
     the same step as one process on the whole batch (global loss denominators, FSDP averaging).
     The ranks create their process group with verl's own initializer, as Ray workers do."""
-    import socket
-    import subprocess
-    import sys
 
     if DEVICE != "cpu":
         pytest.skip("two ranks on one GPU: run this check on CPU")
@@ -465,38 +462,11 @@ def test_two_gloo_ranks_equal_one_process(model_path, experiences, batch, tmp_pa
         },
         job_file,
     )
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    procs = []
-    for rank in range(2):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-c", _RANK_SCRIPT, str(job_file)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    logs = []
-    try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=180)[0])
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    for rank, proc in enumerate(procs):
-        assert proc.returncode == 0, f"rank {rank} failed:\n{logs[rank][-3000:]}"
+    from trinity.launcher.trainer.ranks import run_ranks
+
+    ranks = run_ranks(_RANK_SCRIPT, [str(job_file)], 2, timeout=180)
+    for rank, (code, log) in enumerate(ranks):
+        assert code == 0, f"rank {rank} failed:\n{log[-3000:]}"
     results = [torch.load(f"{tmp_path / 'out'}.{rank}", weights_only=False) for rank in range(2)]
 
     # each rank's log-probs are its rows of the one-process ones

@@ -128,36 +128,15 @@ def convert_checkpoint(
     if world_size == 1:
         _convert_in_process(str(actor), str(target), settings)
         return target
-    import socket
-    import subprocess
-    import sys
+    from trinity.launcher.trainer.ranks import run_ranks
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    procs = []
-    for rank in range(world_size):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(world_size),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            CUDA_VISIBLE_DEVICES="",
-        )
-        args = [str(actor), str(target), json.dumps(settings)]
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", _RANK_SCRIPT, *args],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    logs = [proc.communicate()[0] for proc in procs]
-    for rank, proc in enumerate(procs):
-        if proc.returncode != 0:
-            raise RuntimeError(f"conversion rank {rank} failed:\n{logs[rank][-3000:]}")
+    results = run_ranks(
+        _RANK_SCRIPT,
+        [str(actor), str(target), json.dumps(settings)],
+        world_size,
+        env={"CUDA_VISIBLE_DEVICES": ""},
+    )
+    for rank, (code, log) in enumerate(results):
+        if code != 0:
+            raise RuntimeError(f"conversion rank {rank} failed:\n{log[-3000:]}")
     return target
