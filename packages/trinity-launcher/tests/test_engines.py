@@ -208,6 +208,31 @@ def test_vllm_seed_makes_a_sample_reproducible(wrapper):
 
 @needs_vllm
 @pytest.mark.slow
+def test_task_seeds_make_samples_independent_of_how_requests_are_batched(vllm_engine):
+    """The runner seeds each task (``seed_task``): a task draws the same samples alone or
+    batched with others, and its successive calls differ."""
+
+    async def task(key):
+        w = await EngineModelWrapper.create(vllm_engine)
+        w.seed_task(*key)
+        first = await w.chat_async(MESSAGES, n=3)
+        second = await w.chat_async(MESSAGES, n=3)
+        return [e.tokens.tolist() for e in first + second]
+
+    async def crowded():
+        results = await asyncio.gather(*(task(("step", 7, i)) for i in (3, 0, 1, 2, 4)))
+        return results[0]
+
+    alone = run(task(("step", 7, 3)))
+    assert run(crowded()) == alone
+    first, second = alone[:3], alone[3:]
+    assert first != second  # call 2 of a task gets its own seed
+    assert len({tuple(t) for t in first}) > 1  # the n samples of one call differ
+    assert run(task(("step", 8, 3))) != alone  # another task (or step) draws others
+
+
+@needs_vllm
+@pytest.mark.slow
 def test_openai_endpoint_chat_is_recorded_with_the_engines_token_ids(wrapper, hf_model, tokenizer):
     assert wrapper.api_address and wrapper.api_address.startswith("http://127.0.0.1:")
     client = wrapper.get_openai_async_client()

@@ -18,17 +18,35 @@ engines every ``k`` steps, and ``sync_offset: 1`` lets the explorer run one step
 trainer (its batch was generated one version behind), overlapping generation and training.
 Every experience records the model version that generated it (``model_version``), and
 ``metrics.jsonl`` gets one object per step: the explorer's rollout metrics, the trainer's
-losses, and the timings of explore, train and sync.
+losses, the timings of explore, train and sync, and ``batch/experience_ids`` (the run ids
+``explore step/task/run`` the step trained on).
+
+Resume (``continue_from_checkpoint``, the default): a checkpoint ``global_step_N/`` also holds
+``explorer/explorer_state.json`` (the explore step counter and task-set position after the
+explorer's last *committed* step, the explorer's metrics of steps after ``N``, the settings a
+resume must match) and ``explorer/experiences.bin`` (``Experience.serialize_many`` of every
+experience committed to the queue that the trainer had not read). The explorer commits a step
+synchronously just before writing its experiences, and the checkpoint is captured on the same
+event loop, so position and experiences always agree; a step still in flight is simply run
+again. A restarted run loads the trainer's state, pushes its weights to the rollout engines,
+puts the saved experiences back into the queue first, and explores on from the saved
+position: every experience is trained exactly once, in the same steps as without the kill.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
+import numbers
 import os
 import time
+from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Optional
 
 from trinity.common.config import Config
+from trinity.common.experience import Experience
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -107,8 +125,156 @@ class Synchronizer:
         return time.perf_counter() - start
 
 
-async def run_both_async(config: Config, explorer: Any, trainer: Any, merger: StepMerger) -> dict:
-    """Drive explorer and trainer concurrently until the task set (or total_steps) ends."""
+#: Where a checkpoint keeps the explorer's side, inside ``global_step_N/``.
+EXPLORER_DIR = "explorer"
+EXPLORER_STATE_FILE = "explorer_state.json"
+EXPLORER_EXPERIENCES_FILE = "experiences.bin"
+#: ``metrics.jsonl`` key: the run ids (``explore step/task/run``) of a train step's experiences.
+EXPERIENCE_IDS_KEY = "batch/experience_ids"
+_EXPLORER_STATE_VERSION = 1
+
+
+class ExperienceLedger:
+    """Experiences the explorer has committed to the trainer's queue that the trainer has not
+    read yet, in write order -- what a checkpoint must carry so none is lost or trained twice.
+
+    The explorer adds each step's experiences when it commits the step (just before they are
+    written, see :meth:`Explorer.explore_step`); the trainer's reads remove them. The queue is
+    FIFO, so reading experience ``x`` means everything written before ``x`` was read too (one
+    a sample strategy read and dropped, e.g. as stale, counts as read).
+    """
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[str, Experience] = OrderedDict()
+
+    def add(self, exps: list[Experience]) -> None:
+        for exp in exps:
+            self._items[exp.eid.uid] = exp
+
+    def consume(self, exps: list[Experience]) -> None:
+        left = {exp.eid.uid for exp in exps} & self._items.keys()
+        while left:
+            uid, _ = self._items.popitem(last=False)
+            left.discard(uid)
+
+    def pending(self) -> list[Experience]:
+        return list(self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def experience_ids(exps: list[Experience]) -> str:
+    """The run ids (``explore step/task/run``) of ``exps``, sorted, space-separated."""
+    return " ".join(sorted(exp.eid.rid for exp in exps))
+
+
+def run_fingerprint(config: Config, explorer: Any) -> dict[str, Any]:
+    """The settings that decide which tasks and experiences each step holds: a mode ``both``
+    checkpoint resumes only under the same ones."""
+    taskset = explorer.taskset
+    readers = list(getattr(taskset, "readers", None) or ([taskset] if taskset else []))
+    exp = config.buffer.trainer_input.experience_buffer
+    return {
+        "buffer.explorer_input.tasksets": [
+            {"name": r.name, "path": str(r.config.path), "tasks": len(r)} for r in readers
+        ],
+        "buffer.batch_size": config.buffer.batch_size,
+        "buffer.train_batch_size": config.buffer.train_batch_size,
+        "algorithm.repeat_times": config.algorithm.repeat_times,
+        "algorithm.algorithm_type": config.algorithm.algorithm_type,
+        "buffer.trainer_input.experience_buffer.storage_type": exp.storage_type if exp else None,
+    }
+
+
+def _json_scalars(metrics: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if isinstance(value, (bool, str)):
+            out[str(key)] = value
+        elif isinstance(value, numbers.Real) and math.isfinite(float(value)):
+            out[str(key)] = float(value)
+    return out
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_explorer_checkpoint(
+    step_dir: str, state: dict[str, Any], experiences: list[Experience]
+) -> None:
+    """``step_dir/explorer/``: the explorer's state (JSON) and the unread experiences (the
+    buffer's own ``Experience.serialize_many`` bytes)."""
+    directory = os.path.join(step_dir, EXPLORER_DIR)
+    os.makedirs(directory, exist_ok=True)
+    data = Experience.serialize_many(experiences) if experiences else b""
+    _atomic_write(os.path.join(directory, EXPLORER_EXPERIENCES_FILE), data)
+    state = dict(state, experiences=len(experiences))
+    _atomic_write(
+        os.path.join(directory, EXPLORER_STATE_FILE), json.dumps(state, indent=1).encode()
+    )
+
+
+def read_explorer_checkpoint(step_dir: str) -> Optional[tuple[dict[str, Any], list[Experience]]]:
+    """What :func:`write_explorer_checkpoint` wrote (``None``: the checkpoint has no explorer
+    state, e.g. it was written by mode ``train``)."""
+    directory = os.path.join(step_dir, EXPLORER_DIR)
+    try:
+        state = json.loads(Path(directory, EXPLORER_STATE_FILE).read_text())
+        data = Path(directory, EXPLORER_EXPERIENCES_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    exps = Experience.deserialize_many(data) if data else []
+    if len(exps) != int(state.get("experiences", 0)):
+        raise ValueError(
+            f"{directory}: {EXPLORER_EXPERIENCES_FILE} holds {len(exps)} experiences, "
+            f"{EXPLORER_STATE_FILE} says {state.get('experiences')}"
+        )
+    return state, exps
+
+
+def truncate_metrics(path: str, last_step: int) -> int:
+    """Keep the records of steps up to ``last_step`` in ``metrics.jsonl`` (a resumed run
+    writes the later ones again); returns how many were dropped. A torn last line goes too."""
+    if not os.path.isfile(path):
+        return 0
+    kept: list[str] = []
+    dropped = 0
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            step = int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            dropped += 1
+            continue
+        if step <= last_step:
+            kept.append(line)
+        else:
+            dropped += 1
+    if dropped:
+        _atomic_write(path, "".join(f"{line}\n" for line in kept).encode("utf-8"))
+    return dropped
+
+
+async def run_both_async(
+    config: Config,
+    explorer: Any,
+    trainer: Any,
+    merger: StepMerger,
+    restored: Optional[list[Experience]] = None,
+) -> dict:
+    """Drive explorer and trainer concurrently until the task set (or total_steps) ends.
+
+    A resumed run passes a trainer already at its checkpoint's step, an explorer at the
+    checkpoint's explore step and task-set position, and ``restored``: the experiences that
+    were written to the queue but not trained when the checkpoint was taken; they go into the
+    queue first, then the explorer continues.
+    """
     from trinity.buffer.buffer_reader import EndOfStream
     from trinity.launcher.trainer.data import EndOfData
 
@@ -126,8 +292,50 @@ async def run_both_async(config: Config, explorer: Any, trainer: Any, merger: St
     changed = asyncio.Condition()
     last: dict[str, Any] = {}
 
+    # What a checkpoint records of the explorer: its committed position, and (ledger) the
+    # experiences committed to the queue that the trainer has not read.
+    ledger = ExperienceLedger()
+    explorer.on_commit = lambda step, exps: ledger.add(exps)
+    generation = explorer.generation_lock = asyncio.Lock()
+    snapshot: dict[str, Any] = {}
+
+    def capture(step: int) -> None:
+        """The explorer's side at train step ``step``, taken on the event loop between two
+        explorer statements, so the position and the ledger agree."""
+        pending: dict[int, dict[str, Any]] = {}
+        for source in (explorer.unlogged, merger.pending):  # explorer metrics not yet in the file
+            for s, metrics in source.items():
+                if s > step:
+                    pending.setdefault(s, {}).update(_json_scalars(metrics))
+        snapshot["state"] = {
+            "version": _EXPLORER_STATE_VERSION,
+            "trainer_step": step,
+            "explorer": explorer.state_dict(),
+            "fingerprint": run_fingerprint(config, explorer),
+            "metrics": {str(s): m for s, m in sorted(pending.items())},
+        }
+        snapshot["experiences"] = ledger.pending()
+
+    def write_explorer_side(step_dir: str) -> None:
+        write_explorer_checkpoint(step_dir, snapshot["state"], snapshot["experiences"])
+
+    trainer.checkpoint_hooks.append(write_explorer_side)
+    saved = trainer.global_step  # a resumed run starts at a saved step
+
+    async def save() -> None:
+        nonlocal saved
+        capture(trainer.global_step)
+        await asyncio.to_thread(trainer.save_checkpoint)
+        saved = trainer.global_step
+
+    if trainer.global_step:  # resumed: the rollout engines get the checkpoint's weights
+        await sync.push(trainer.global_step)
+
     async def explore_loop() -> None:
         try:
+            if restored:  # explored before the checkpoint, not trained: first in the queue
+                ledger.add(restored)
+                await explorer.pipeline.writer.write_async(restored)
             if explorer.progress is not None:
                 explorer.progress.total_steps = explorer.total_steps
                 explorer.progress.start(completed=explorer.step)
@@ -161,25 +369,39 @@ async def run_both_async(config: Config, explorer: Any, trainer: Any, merger: St
                     exps, sample_metrics = await asyncio.to_thread(trainer.sample)
                 except (EndOfStream, EndOfData, StopAsyncIteration):  # data used up
                     break
+                ledger.consume(exps)
+                ids = experience_ids(exps)
                 metrics = await asyncio.to_thread(trainer.train_step, exps)
                 metrics.update(sample_metrics)
                 step = trainer.global_step
                 metrics["time/train_step_total"] = time.perf_counter() - start
                 if step % interval == 0:
-                    metrics["time/sync"] = await sync.push(step)
+                    wait = time.perf_counter()
+                    async with generation:  # not while a step generates with the old weights
+                        metrics["time/sync_wait"] = time.perf_counter() - wait
+                        metrics["time/sync"] = await sync.push(step)
                     async with changed:
                         state["version"] = step
                         changed.notify_all()
                 metrics["model_version"] = float(state["version"])
-                if save_interval and step % save_interval == 0:
-                    await asyncio.to_thread(trainer.save_checkpoint)
+                metrics[EXPERIENCE_IDS_KEY] = ids
                 now = time.perf_counter()
                 metrics["time/step_wall"] = now - previous_end  # end of a step to the next
                 previous_end = now
+                # the step's record first, then its checkpoint: a checkpoint never exists
+                # without the records of its steps (a resumed run drops the later ones)
                 merger.log(metrics, step)
                 merger.flush(step)
                 last.clear()
                 last.update(metrics)
+                if save_interval and step % save_interval == 0:
+                    await save()
+            # The end of the run is a checkpoint (resumable, convertible), with Hugging Face
+            # weights per trainer.save_hf_checkpoint -- as in mode train; a next stage starts
+            # from them.
+            if trainer.global_step > saved:
+                await save()
+            await asyncio.to_thread(trainer.save_final_hf)
         finally:
             async with changed:
                 state["trainer_done"] = True
@@ -194,45 +416,72 @@ async def run_both_async(config: Config, explorer: Any, trainer: Any, merger: St
                 other.cancel()
             raise task.exception()  # type: ignore[misc]
     await asyncio.gather(explore_task, train_task)
+    trainer.checkpoint_hooks.remove(write_explorer_side)
+    explorer.on_commit = explorer.generation_lock = None
     merger.flush()
     return dict(last)
 
 
 def run_both(config: Config, progress: Any = None) -> dict:
-    """Mode ``both`` from a checked config; returns the last train step's metrics."""
+    """Mode ``both`` from a checked config; returns the last train step's metrics.
+
+    With ``continue_from_checkpoint`` (the default) and a complete checkpoint in the run
+    directory, the run resumes from it (see the module's docstring).
+    """
     from trinity.launcher.explorer import Explorer
     from trinity.launcher.modes import LaunchInputError, ray_session
-    from trinity.launcher.monitor import create_monitor
+    from trinity.launcher.monitor import METRICS_FILE, create_monitor
+    from trinity.launcher.progress import ProgressReporter
     from trinity.launcher.trainer.run import build_trainer
     from trinity.launcher.trainer.trainer import latest_checkpoint
 
-    step = latest_checkpoint(config.checkpoint_job_dir) if config.checkpoint_job_dir else None
-    if step is not None and config.continue_from_checkpoint:
-        # Resuming needs the explorer's task-set position and the experiences generated but not
-        # yet trained; until those are checkpointed too, refuse rather than train on a task set
-        # restarted from its beginning.
-        raise LaunchInputError(
-            f"{config.checkpoint_job_dir} holds a checkpoint (global_step_{step}); resuming "
-            "mode 'both' is not supported in this release: choose another name, or set "
-            "continue_from_checkpoint: false to start over"
-        )
-    from trinity.launcher.progress import ProgressReporter
+    job_dir = config.checkpoint_job_dir
+    resume_step = None
+    if job_dir and config.continue_from_checkpoint:
+        resume_step = latest_checkpoint(job_dir)
+    saved = _read_resume_state(config, resume_step) if resume_step is not None else None
 
-    sink = create_monitor(config)
-    merger = StepMerger(sink)
+    merger = StepMerger(None)
     if progress is None:
         progress = ProgressReporter(total_steps=None, description="both")
     try:
         explorer = Explorer(config, monitor=merger, progress=progress)
     except (ValueError, KeyError, FileNotFoundError) as exc:
-        sink.close()
         raise LaunchInputError(str(exc)) from exc
+    restored: list[Experience] = []
+    if saved is not None:
+        state, restored = saved
+        _check_fingerprint(config, explorer, resume_step, state)
+        explorer.load_state_dict(state["explorer"])
+        dropped = truncate_metrics(os.path.join(job_dir, METRICS_FILE), int(resume_step))
+        merger.pending = {int(s): dict(m) for s, m in (state.get("metrics") or {}).items()}
+        logger.info(
+            "Resuming mode both from global_step_%d: explore step %d, %d experiences explored "
+            "but not trained go back into the queue%s",
+            resume_step,
+            explorer.step,
+            len(restored),
+            f", {dropped} records after the checkpoint dropped from metrics.jsonl"
+            if dropped
+            else "",
+        )
+    sink = create_monitor(config)
+    merger.sink = sink
 
     async def main() -> dict:
+        if resume_step is not None:
+            _drop_stale_queue(config)
         await explorer.prepare()
         try:
             trainer = await asyncio.to_thread(build_trainer, config)
-            return await run_both_async(config, explorer, trainer, merger)
+            if resume_step is not None:
+                got = await asyncio.to_thread(trainer.resume)
+                if got != resume_step:
+                    raise RuntimeError(
+                        f"expected to resume from global_step_{resume_step}, the trainer "
+                        f"resumed from {got}"
+                    )
+            return await run_both_async(config, explorer, trainer, merger, restored)
         finally:
             await explorer.shutdown()
 
@@ -243,3 +492,80 @@ def run_both(config: Config, progress: Any = None) -> dict:
         merger.flush()
         sink.close()
     return result
+
+
+def _read_resume_state(config: Config, step: int) -> tuple[dict[str, Any], list[Experience]]:
+    """The explorer's side of checkpoint ``step``, or a :class:`LaunchInputError` saying why
+    this run cannot resume from it (checked before anything starts)."""
+    from trinity.launcher.modes import LaunchInputError
+
+    job_dir = config.checkpoint_job_dir
+    way_out = (
+        "choose another name, or set continue_from_checkpoint: false to start over "
+        "(that overwrites the checkpoints)"
+    )
+    exp = config.buffer.trainer_input.experience_buffer
+    replay = getattr(getattr(exp, "replay_buffer", None), "enable", False)
+    if exp is None or str(exp.storage_type).lower() != "queue" or replay:
+        kind = (
+            "a replay buffer" if replay else f"storage_type {getattr(exp, 'storage_type', None)!r}"
+        )
+        raise LaunchInputError(
+            f"{job_dir} holds a checkpoint (global_step_{step}), but mode 'both' resumes only "
+            f"with a FIFO queue as buffer.trainer_input.experience_buffer, not {kind} (its "
+            f"contents at the checkpoint cannot be restored exactly); {way_out}"
+        )
+    step_dir = os.path.join(job_dir, f"global_step_{step}")
+    try:
+        found = read_explorer_checkpoint(step_dir)
+    except ValueError as exc:
+        raise LaunchInputError(f"global_step_{step} is damaged: {exc}; {way_out}") from exc
+    if found is None:
+        raise LaunchInputError(
+            f"{job_dir} holds a checkpoint (global_step_{step}) without the explorer's state "
+            f"({EXPLORER_DIR}/{EXPLORER_STATE_FILE}): it was not written by a mode 'both' run "
+            f"(mode 'train', or an older release), so mode 'both' cannot resume from it; "
+            f"{way_out}"
+        )
+    state, exps = found
+    if int(state.get("version", 0)) != _EXPLORER_STATE_VERSION:
+        raise LaunchInputError(
+            f"global_step_{step}/{EXPLORER_DIR}/{EXPLORER_STATE_FILE} has format version "
+            f"{state.get('version')!r}; this release reads {_EXPLORER_STATE_VERSION}; {way_out}"
+        )
+    return state, exps
+
+
+def _check_fingerprint(config: Config, explorer: Any, step: int, state: dict[str, Any]) -> None:
+    from trinity.launcher.modes import LaunchInputError
+
+    before = state.get("fingerprint") or {}
+    now = json.loads(json.dumps(run_fingerprint(config, explorer)))
+    changed = [
+        f"{key}: {before.get(key)!r} then, {value!r} now"
+        for key, value in now.items()
+        if before.get(key) != value
+    ]
+    if changed:
+        raise LaunchInputError(
+            f"{config.checkpoint_job_dir} holds a checkpoint (global_step_{step}) of a run "
+            f"with other settings ({'; '.join(changed)}); a mode 'both' run resumes only with "
+            "the task sets, batch sizes, repeat_times and algorithm it was started with: "
+            "restore them, choose another name, or set continue_from_checkpoint: false to "
+            "start over (that overwrites the checkpoints)"
+        )
+
+
+def _drop_stale_queue(config: Config) -> None:
+    """Kill the queue actor a killed run may have left in a Ray cluster that outlived it: its
+    contents (and its count of writers, which never reached zero) are not the checkpoint's."""
+    import ray
+
+    from trinity.buffer.storage.ray_queue import kill_ray_queue
+
+    pipeline = config.data_processor.experience_pipeline
+    storage = pipeline.output or config.buffer.trainer_input.experience_buffer
+    if storage is None or not ray.is_initialized() or not getattr(storage, "wrap_in_ray", True):
+        return
+    if kill_ray_queue(storage):
+        logger.info("Removed the queue %r a previous run left in the Ray cluster", storage.name)

@@ -3,10 +3,11 @@
 ``trinity-launch config.yaml`` and ``trinity run --config config.yaml`` load plugin directories,
 then load and validate the config, then run it. This release runs modes ``explore`` (write
 experiences for an external trainer, evaluate on schedule), ``bench`` (evaluate the model and
-its checkpoints) and ``train`` (SFT, DPO, off-policy RL from a data set or buffer on verl's
-FSDP2 engine); for ``both`` and ``serve`` a valid config is reported and nothing is run -- the
-command says so plainly instead of pretending. ``trinity studio``, ``trinity plot`` and
-``trinity convert`` are the other commands.
+its checkpoints), ``train`` (SFT, DPO, off-policy RL from a data set or buffer on verl's FSDP2
+engine) and ``both`` (explorer and trainer together), and ``stages:`` (several of those in
+order); for ``serve`` a valid config is reported and nothing is run -- the command says so
+plainly instead of pretending. ``trinity studio``, ``trinity plot`` and ``trinity convert`` are
+the other commands.
 
 Exit status: 0 on success; 2 for bad input (a bad config, a missing plugin directory or task-set
 file, ...), with one message naming each bad field and never a traceback; 1 when a started run
@@ -18,7 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from trinity.common.config import Config, ConfigError
 from trinity.launcher.validation import check_component_names, validate_config  # noqa: F401
@@ -89,6 +91,8 @@ def _validate_and_run(config_path: str, plugin_dirs: Sequence[str], dry_run: boo
     sys.stdout.flush()
     from trinity.launcher.modes import RUNNABLE_MODES
 
+    if config.stages:
+        return _run_stages(config, config_path, dry_run)
     if dry_run:
         print("Dry run: the config is valid; nothing was run.")
         return EXIT_OK
@@ -102,22 +106,63 @@ def _validate_and_run(config_path: str, plugin_dirs: Sequence[str], dry_run: boo
     return _run_mode(config, config_path)
 
 
-def _run_mode(config: Config, config_path: str) -> int:
-    from trinity.launcher.modes import LaunchInputError, run_bench, run_explore
+def _run_stages(config: Config, config_path: str, dry_run: bool) -> int:
+    """Check every stage (as its run would), then run them in order unless ``dry_run``."""
+    from trinity.launcher.modes import RUNNABLE_MODES
+    from trinity.launcher.stages import run_stages, stage_configs
 
     try:
-        if config.mode == "explore":
-            run_explore(config)
-        elif config.mode == "both":
-            from trinity.launcher.both import run_both
+        stages = stage_configs(config)
+    except (ConfigError, RegistryError, ValueError) as exc:
+        print(f"error: {config_path}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for index, stage in enumerate(stages):
+        print(
+            f"  stage {index + 1}: {config.stages[index].stage_name} "
+            f"(mode={stage.mode}, algorithm={stage.algorithm.algorithm_type})"
+        )
+    not_runnable = [
+        f"stages[{i}] mode {s.mode!r}" for i, s in enumerate(stages) if s.mode not in RUNNABLE_MODES
+    ]
+    if not_runnable:
+        print(
+            f"error: {config_path}: {', '.join(not_runnable)}: this release runs modes "
+            f"{', '.join(RUNNABLE_MODES)}",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    if dry_run:
+        print("Dry run: the config and its stages are valid; nothing was run.")
+        return EXIT_OK
+    return _run_mode(config, config_path, run=lambda: run_stages(config, _execute))
 
-            run_both(config)
-        elif config.mode == "train":
-            from trinity.launcher.trainer.run import run_train
 
-            run_train(config, progress=_StepPrinter())
+def _execute(config: Config) -> None:
+    """Run one (stage) config in its mode; raises what the run raises."""
+    from trinity.launcher.modes import run_bench, run_explore
+
+    if config.mode == "explore":
+        run_explore(config)
+    elif config.mode == "both":
+        from trinity.launcher.both import run_both
+
+        run_both(config)
+    elif config.mode == "train":
+        from trinity.launcher.trainer.run import run_train
+
+        run_train(config, progress=_StepPrinter())
+    else:
+        run_bench(config)
+
+
+def _run_mode(config: Config, config_path: str, run: Callable[[], Any] | None = None) -> int:
+    from trinity.launcher.modes import LaunchInputError
+
+    try:
+        if run is None:
+            _execute(config)
         else:
-            run_bench(config)
+            run()
     except (LaunchInputError, FileNotFoundError) as exc:
         print(f"error: {config_path}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -133,6 +178,11 @@ def _run_mode(config: Config, config_path: str) -> int:
         if config.checkpoint_job_dir
         else ""
     )
+    if config.stages:
+        print(
+            f"All {len(config.stages)} stages finished (each in {config.checkpoint_job_dir}/<stage>)."
+        )
+        return EXIT_OK
     print(f"Mode {config.mode} finished{where}.")
     return EXIT_OK
 

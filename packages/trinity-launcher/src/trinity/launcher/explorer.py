@@ -19,13 +19,14 @@ actors and a run builds real ones from the config (``create_rollout_engines``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import numbers
 import os
 import re
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from trinity.common.config import Config, ExperienceBufferConfig
@@ -308,6 +309,15 @@ class Explorer:
         self.pipeline: Any = None
         self.step = 0
         self.last_metrics: dict[str, float] = {}
+        #: ``on_commit(step, experiences)``: called as each explore step commits, with the
+        #: experiences about to be written to the trainer's buffer (see :meth:`explore_step`).
+        self.on_commit: Optional[Callable[[int, list[Experience]], None]] = None
+        #: held while a step's tasks run on the engines: whoever replaces the engines'
+        #: weights takes it too (mode both's synchronizer), so a step never mixes versions
+        self.generation_lock: Optional[asyncio.Lock] = None
+        #: metrics of committed steps not yet logged (their write is in progress), by step
+        self.unlogged: dict[int, dict[str, Any]] = {}
+        self._committed: dict[str, Any] = self._current_state()
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -432,31 +442,74 @@ class Explorer:
             return False
         step = self.step + 1
         assign_task_ids(tasks, batch_id=step)
-        batch = await pool.run_tasks(tasks)
+        async with self.generation_lock or contextlib.nullcontext():
+            batch = await pool.run_tasks(tasks)
         exps = batch.experiences
-        pipeline_metrics = await self.pipeline.process(exps)
-        update = getattr(self.taskset, "update", None)
-        if callable(update):  # pass rates back to adaptive task selectors
-            update(pipeline_metrics)
-        self.step = step
-        seconds = time.perf_counter() - start
         metrics: dict[str, Any] = {"rollout/tasks": float(len(tasks))}
-        metrics.update(batch.metrics)
-        metrics.update(rollout_metrics(exps))
+
+        def add_timings() -> None:
+            seconds = time.perf_counter() - start
+            metrics["time/explore_step"] = seconds
+            metrics["rollout/tasks_per_second"] = len(tasks) / seconds if seconds > 0 else 0.0
+            metrics["rollout/tokens_per_second"] = (
+                metrics.get("rollout/response_tokens", 0.0) / seconds if seconds > 0 else 0.0
+            )
+
+        def commit(written: list[Experience], pipeline_metrics: dict[str, Any]) -> None:
+            # The step is done here, synchronously, before its experiences are written: the
+            # selectors have their feedback, the counter moves on, and ``on_commit`` (mode
+            # both's checkpoint ledger) sees exactly what the buffer is about to receive, so
+            # a checkpoint taken at any moment holds a consistent (position, experiences) pair.
+            update = getattr(self.taskset, "update", None)
+            if callable(update):  # pass rates back to adaptive task selectors
+                update(pipeline_metrics)
+            self.step = step
+            self._committed = self._current_state()
+            metrics.update(batch.metrics)
+            metrics.update(rollout_metrics(exps))
+            metrics.update({k: v for k, v in pipeline_metrics.items() if _number(v) is not None})
+            reader_metrics = getattr(self.taskset, "metrics", None)
+            if callable(reader_metrics):
+                metrics.update(reader_metrics())
+            add_timings()  # so far; the write's time is added once it is done
+            self.unlogged[step] = metrics
+            if self.on_commit is not None:
+                self.on_commit(step, written)
+
+        pipeline_metrics = await self.pipeline.process(exps, before_write=commit)
         metrics.update({k: v for k, v in pipeline_metrics.items() if _number(v) is not None})
-        reader_metrics = getattr(self.taskset, "metrics", None)
-        if callable(reader_metrics):
-            metrics.update(reader_metrics())
-        metrics["time/explore_step"] = seconds
-        metrics["rollout/tasks_per_second"] = len(tasks) / seconds if seconds > 0 else 0.0
-        metrics["rollout/tokens_per_second"] = (
-            metrics.get("rollout/response_tokens", 0.0) / seconds if seconds > 0 else 0.0
-        )
+        add_timings()
         self.last_metrics = metrics
         self._log(metrics, step)
+        self.unlogged.pop(step, None)
         if self.progress is not None:
             self.progress.step(step, metrics)
         return True
+
+    # ------------------------------------------------------------------ resume
+    def _current_state(self) -> dict[str, Any]:
+        taskset_state = getattr(self.taskset, "state_dict", None)
+        return {
+            "step": self.step,
+            "taskset": taskset_state() if callable(taskset_state) else None,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The explore step counter and the train task set's position after the last
+        *committed* step (JSON-able).
+
+        A step in flight (tasks read, not yet committed) is not part of it: resuming from this
+        state reads and runs that step's tasks again, and nothing of it reached the buffer.
+        """
+        return dict(self._committed)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue after the step :meth:`state_dict` recorded (before :meth:`prepare`)."""
+        self.step = int(state.get("step", 0))
+        saved = state.get("taskset")
+        if saved and self.taskset is not None:
+            self.taskset.load_state_dict(saved)
+        self._committed = self._current_state()
 
     async def explore(self) -> dict[str, float]:
         """Explore until the task set or ``buffer.total_steps`` ends, evaluating at step 0
@@ -491,7 +544,8 @@ class Explorer:
                 except StopIteration:
                     break
                 assign_task_ids(tasks, batch_id=f"{step}/{reader.name}", first_task_id=len(results))
-                results += (await pool.run_tasks(tasks)).results
+                async with self.generation_lock or contextlib.nullcontext():
+                    results += (await pool.run_tasks(tasks)).results
             found = eval_metrics(reader.name, results, cfg.repeat_times or 1)
             found[f"time/eval/{reader.name}"] = time.perf_counter() - start
             metrics.update(found)

@@ -164,6 +164,9 @@ class WorkflowRunner:
         # is called repeat_times times by run_task_async, one sample each.
         task.rollout_args.n = repeat_times if getattr(cls, "can_repeat", False) else 1
         workflow, model = await self._take(cls)
+        seed_task = getattr(model, "seed_task", None)
+        if callable(seed_task):  # reproducible samples whatever the engine's batching
+            seed_task(task.batch_id, task.task_id, run_id_base)  # chunks of a task differ
         refresh = getattr(model, "refresh_model_version", None)
         if callable(refresh):  # stamp experiences with the weights served now
             await refresh()

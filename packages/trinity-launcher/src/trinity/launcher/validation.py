@@ -41,10 +41,20 @@ def validate_config(
             type refused the config.
     """
     load_plugins(plugin_dirs or None)
-    config = apply_algorithm_defaults(load_config(source))
-    config.check_and_update()
+    config = load_config(source)
     try:
-        check_component_names(config)
+        if config.stages:
+            # A staged config runs its stages, not its base: each stage is checked as a run
+            # (the base alone may well lack what only a stage provides). The base keeps what
+            # the user wrote: the algorithm defaults are each stage's own algorithm's.
+            from trinity.launcher.stages import stage_configs
+
+            runs = stage_configs(config)
+        else:
+            config = apply_algorithm_defaults(config)
+            config.check_and_update()
+            check_component_names(config)
+            runs = [config]
     except ConfigError as exc:
         if isinstance(source, Mapping):
             raise
@@ -52,8 +62,11 @@ def validate_config(
         for issue in exc.errors:
             issue.file = issue.file or label
         raise ConfigError(exc.errors, label) from None
-    warnings = ALGORITHM_TYPE.get(config.algorithm.algorithm_type).check_config(config) or []
-    return config, list(warnings)
+    warnings: list[str] = []
+    for index, run in enumerate(runs):
+        found = ALGORITHM_TYPE.get(run.algorithm.algorithm_type).check_config(run) or []
+        warnings += [f"stages[{index}]: {w}" if config.stages else w for w in found]
+    return config, warnings
 
 
 def check_component_names(config: Config) -> None:

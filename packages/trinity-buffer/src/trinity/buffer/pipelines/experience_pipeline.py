@@ -168,7 +168,14 @@ class ExperiencePipeline:
             names = [op.name for op in self.config.operators]
         else:
             self.operators = list(operators)
-            names = [type(op).__name__ for op in self.operators]
+            configured = [op.name for op in self.config.operators]
+            # Built from this config's list beforehand (the explorer does): keep the configured
+            # names, so metrics read experience_pipeline/<name>/... on either path.
+            names = (
+                configured
+                if len(configured) == len(self.operators)
+                else [type(op).__name__ for op in self.operators]
+            )
         for name, op in zip(names, self.operators, strict=True):
             if not callable(getattr(op, "process", None)):
                 raise TypeError(f"operator {name!r} has no process(exps) method")
@@ -271,17 +278,28 @@ class ExperiencePipeline:
             agg.add(step, metrics, time.perf_counter() - start)
         return exps, agg.result(len(exps))
 
-    async def process(self, exps: list[Experience]) -> dict[str, Any]:
+    async def process(
+        self,
+        exps: list[Experience],
+        before_write: Optional[Callable[[list[Experience], dict[str, Any]], None]] = None,
+    ) -> dict[str, Any]:
         """Save the raw input (if configured), run the operators, write the result; return metrics.
 
         Nothing is written when the operators leave no experience (e.g. everything filtered,
         or dynamic sampling holding groups back until a batch is full).
+
+        ``before_write(exps, metrics)``, when given, is called with what is about to be
+        written (possibly nothing) and the operators' metrics, after the operators and before
+        the write, synchronously: a caller that checkpoints what it has produced (the mode
+        ``both`` explorer) records there the exact experiences the buffer is about to get.
         """
         start = time.perf_counter()
         writer = self._require_writer()
         if self.input_writer is not None and self.config.save_input:
             await _write_async(self.input_writer, exps)
         exps, metrics = await self.apply_async(exps)
+        if before_write is not None:
+            before_write(exps, metrics)
         write_start = time.perf_counter()
         if exps:
             await _write_async(writer, exps)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Optional, Sequence
 
 from torch import Tensor
@@ -53,6 +54,26 @@ class EngineModelWrapper(ModelWrapper):
         self.engine = engine
         self.settings = settings
         self._tokenizer: Any = None
+        self._task_seed: Optional[int] = None
+        self._task_calls = 0
+
+    def seed_task(self, *key: Any) -> None:
+        """Seed the sampling of the task about to run (the runner calls this per task).
+
+        Call ``i`` of the task samples with seed ``crc32((engine seed, *key)) + i`` unless
+        the caller passes its own ``seed``. A per-request seed makes an engine's samples
+        independent of how it batches concurrent requests (vLLM keeps a generator per seeded
+        request), so a run with the same ``rollout_model.seed`` draws the same samples.
+        """
+        self._task_seed = zlib.crc32(repr((self.settings.seed, *key)).encode())
+        self._task_calls = 0
+
+    def _prepare_generation_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        merged = super()._prepare_generation_kwargs(kwargs)
+        if self._task_seed is not None and merged.get("seed") is None:
+            merged["seed"] = (self._task_seed + 7919 * self._task_calls) % 2**31
+            self._task_calls += 1
+        return merged
 
     @classmethod
     async def create(cls, engine: Any) -> EngineModelWrapper:

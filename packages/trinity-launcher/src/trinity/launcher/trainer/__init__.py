@@ -4,11 +4,13 @@
   CUDA (NCCL); every verl-version-specific patch lives there.
 * :mod:`.verl_engine` - :class:`VerlTrainEngine`: log-probs, train steps with Trinity's losses
   (:class:`TrinityLoss`), full state dicts for weight sync, checkpoints and HF export.
+* :mod:`.critic` - :class:`VerlCriticEngine`: PPO's value model on verl's value-model engine.
 
 Importing this package does not import verl (it is an optional dependency:
 ``trinity-launcher[verl]``); building an engine does.
 """
 
+from trinity.launcher.trainer.critic import VerlCriticEngine
 from trinity.launcher.trainer.verl_compat import (
     SUPPORTED_VERL_VERSION,
     UnsupportedVerlVersion,
@@ -20,6 +22,7 @@ __all__ = [
     "SUPPORTED_VERL_VERSION",
     "TrinityLoss",
     "UnsupportedVerlVersion",
+    "VerlCriticEngine",
     "VerlEngineSettings",
     "VerlTrainEngine",
     "apply_verl_compat",

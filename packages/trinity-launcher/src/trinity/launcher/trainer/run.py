@@ -22,7 +22,8 @@ logger = get_logger(__name__)
 
 
 def build_trainer(config: Config) -> Trainer:
-    """The policy engine (and a reference engine where the loss needs one), readers, loop."""
+    """The policy engine (a reference engine where the loss needs one, a critic where the
+    algorithm type uses one), readers, loop."""
     from trinity.algorithm.resolve import resolve_algorithm
     from trinity.launcher.trainer.verl_engine import (
         TrinityLoss,
@@ -44,9 +45,16 @@ def build_trainer(config: Config) -> Trainer:
     ref_engine = None
     if "ref_logprob" in TrinityLoss.from_algorithm(algorithm).required_fields():
         ref_engine = VerlTrainEngine(settings)  # the initial policy, never stepped
+    critic = None
+    if algorithm.use_critic:
+        from trinity.launcher.trainer.critic import VerlCriticEngine
+
+        critic = VerlCriticEngine.from_config(config, total_training_steps=total_steps or -1)
     readers = build_trainer_readers(config, schema, engine.tokenizer)
     pad = getattr(engine.tokenizer, "pad_token_id", None)
-    return Trainer(config, engine, readers, ref_engine=ref_engine, pad_token_id=pad or 0)
+    return Trainer(
+        config, engine, readers, ref_engine=ref_engine, pad_token_id=pad or 0, critic=critic
+    )
 
 
 def _total_steps(config: Config, schema: str) -> Optional[int]:

@@ -8,6 +8,7 @@ the launcher resolves them), batches from core's ``collate_experiences``.
 Checkpoints follow verl's layout under the run directory::
 
     <checkpoint_job_dir>/global_step_N/actor/        engine shards + huggingface/ (config)
+    <checkpoint_job_dir>/global_step_N/critic/       the value model's shards (PPO only)
     <checkpoint_job_dir>/global_step_N/trainer_state.json   step, reader positions
     <checkpoint_job_dir>/latest_checkpointed_iteration.txt   N of the last complete save
 
@@ -62,6 +63,22 @@ class TrainEngine(Protocol):
     def save_hf(self, directory: str, dtype: Optional[torch.dtype] = None) -> Path: ...
 
 
+class CriticEngine(Protocol):
+    """What the loop needs of a critic (PPO's value model; shapes ``[B, R]``)."""
+
+    global_step: int
+
+    def compute_values(self, batch: Experiences) -> torch.Tensor: ...
+
+    def update(
+        self, batch: Experiences, values: torch.Tensor, returns: Optional[torch.Tensor] = None
+    ) -> dict[str, float]: ...
+
+    def save_checkpoint(self, directory: str, step: Optional[int] = None) -> Path: ...
+
+    def load_checkpoint(self, directory: str) -> int: ...
+
+
 def latest_checkpoint(job_dir: str) -> Optional[int]:
     """The step of the last *complete* checkpoint in ``job_dir`` (``None``: there is none)."""
     path = os.path.join(job_dir, LATEST_FILE)
@@ -83,6 +100,12 @@ class Trainer:
         ref_engine: an engine holding the reference policy, when the loss needs
             ``ref_logprob`` (a KL loss); built by :func:`build_trainer` from the same model.
         pad_token_id: for collation.
+        critic: the value model, required when the algorithm type uses a critic (PPO); built
+            by :func:`build_trainer` from ``model.critic_model_path``. Each step it scores the
+            batch (values), the advantage function turns values and rewards into advantages
+            and returns (GAE), the critic takes a step on the value loss, then the actor
+            (after ``trainer.critic_warmup`` critic-only steps). Its checkpoint is
+            ``global_step_N/critic``.
     """
 
     def __init__(
@@ -92,6 +115,7 @@ class Trainer:
         readers: dict[str, Any],
         ref_engine: Optional[TrainEngine] = None,
         pad_token_id: int = 0,
+        critic: Optional[CriticEngine] = None,
     ) -> None:
         from trinity.algorithm.resolve import resolve_algorithm
         from trinity.algorithm.sample_strategy import build_sample_strategy
@@ -109,10 +133,12 @@ class Trainer:
                 f"({self.algorithm.kl_loss_fn}), which needs a reference model; none was given"
             )
         self.algorithm_class = self.algorithm.algorithm
-        if getattr(self.algorithm_class, "use_critic", False):
-            raise NotImplementedError(
-                f"algorithm {self.algorithm.algorithm_type!r} trains a critic, which this "
-                "release's trainer does not yet; use a critic-free algorithm (grpo, opmd, ...)"
+        self.critic = critic
+        self.use_critic = bool(getattr(self.algorithm_class, "use_critic", False))
+        if self.use_critic and critic is None:
+            raise ValueError(
+                f"algorithm {self.algorithm.algorithm_type!r} trains a critic (value model); "
+                "none was given (build_trainer builds one from model.critic_model_path)"
             )
         self.advantage_fn = None
         if getattr(self.algorithm_class, "compute_advantage_in_trainer", False):
@@ -137,6 +163,9 @@ class Trainer:
         )
         self.job_dir = config.checkpoint_job_dir
         self.global_step = 0
+        #: ``hook(step_dir)``: called by :meth:`save_checkpoint` after the trainer's files and
+        #: before the "latest" marker, so what a hook writes is part of the checkpoint
+        self.checkpoint_hooks: list[Any] = []
 
     # ------------------------------------------------------------------ one step
     def sample(self) -> tuple[list[Experience], dict[str, float]]:
@@ -148,13 +177,35 @@ class Trainer:
         )
 
     def train_step(self, exps: list[Experience]) -> dict[str, float]:
-        """One optimizer step on ``exps``; returns the step's metrics."""
+        """One optimizer step on ``exps``; returns the step's metrics.
+
+        With a critic (PPO): values ``[B, R]`` of the batch, advantages and returns from the
+        algorithm's advantage function (GAE), one critic step on the value loss, then the
+        actor's step unless the run is still in ``trainer.critic_warmup``.
+        """
         start = time.perf_counter()
         metrics: dict[str, float] = {}
-        if self.advantage_fn is not None:
-            exps, adv_metrics = self.advantage_fn(exps)
-            metrics.update({f"advantage/{k}": float(v) for k, v in adv_metrics.items()})
         batch = collate_experiences(exps, pad_token_id=self.pad_token_id)
+        values: Optional[torch.Tensor] = None
+        if self.critic is not None:
+            t = time.perf_counter()
+            values = self.critic.compute_values(batch)
+            metrics["time/values"] = time.perf_counter() - t
+            metrics.update(_masked_summary(values, batch.action_mask, "critic/values"))
+        if self.advantage_fn is not None:
+            # trainer-side advantages (GAE, REINFORCE++, ReMax) work on the collated batch
+            kwargs = {"values": values} if values is not None else {}
+            batch, adv_metrics = self.advantage_fn(batch, **kwargs)
+            metrics.update({f"advantage/{k}": float(v) for k, v in adv_metrics.items()})
+        if self.critic is not None:
+            t = time.perf_counter()
+            metrics.update(self.critic.update(batch, values, batch.returns))
+            metrics["time/update_critic"] = time.perf_counter() - t
+        if self.use_critic and self.global_step < self.config.trainer.critic_warmup:
+            self.global_step += 1  # critic warm-up: the actor waits
+            metrics.update(batch_metrics(exps, batch))
+            metrics["time/train_step"] = time.perf_counter() - start
+            return metrics
         extra: dict[str, torch.Tensor] = {}
         if self.ref_engine is not None and "ref_logprob" in self.loss.required_fields():
             t = time.perf_counter()
@@ -181,6 +232,8 @@ class Trainer:
         directory = self.step_dir(step)
         actor = os.path.join(directory, "actor")
         self.engine.save_checkpoint(actor, step=step)
+        if self.critic is not None:
+            self.critic.save_checkpoint(os.path.join(directory, "critic"), step=step)
         state = {
             "global_step": step,
             "sample_strategy": _jsonable(self.sample_strategy.state_dict()),
@@ -188,6 +241,8 @@ class Trainer:
         Path(directory, STATE_FILE).write_text(json.dumps(state, indent=2))
         if self.config.trainer.save_hf_checkpoint == "always":
             self.engine.save_hf(os.path.join(actor, "huggingface"))
+        for hook in self.checkpoint_hooks:  # e.g. mode both's explorer state
+            hook(directory)
         Path(self.job_dir, LATEST_FILE).write_text(str(step))  # last: marks it complete
         self._prune()
         return directory
@@ -213,6 +268,8 @@ class Trainer:
             return None
         directory = self.step_dir(step)
         self.engine.load_checkpoint(os.path.join(directory, "actor"))
+        if self.critic is not None:
+            self.critic.load_checkpoint(os.path.join(directory, "critic"))
         state = json.loads(Path(directory, STATE_FILE).read_text())
         self.sample_strategy.load_state_dict(state.get("sample_strategy") or {})
         self.global_step = int(state["global_step"])
@@ -246,6 +303,18 @@ def batch_metrics(exps: list[Experience], batch: Experiences) -> dict[str, float
         out["batch/response_length/mean"] = float(lengths.mean())
         out["batch/response_length/max"] = float(lengths.max())
     return out
+
+
+def _masked_summary(values: torch.Tensor, mask: torch.Tensor, prefix: str) -> dict[str, float]:
+    """``<prefix>/mean|max|min`` of ``values [B, R]`` over ``mask`` (nothing if it is empty)."""
+    selected = values[mask.to(torch.bool)]
+    if selected.numel() == 0:
+        return {}
+    return {
+        f"{prefix}/mean": float(selected.mean()),
+        f"{prefix}/max": float(selected.max()),
+        f"{prefix}/min": float(selected.min()),
+    }
 
 
 def _jsonable(value: Any) -> Any:

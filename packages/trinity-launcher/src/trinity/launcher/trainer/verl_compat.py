@@ -10,9 +10,11 @@ patches the few places where verl hard-codes an accelerator. Every patch is:
   misbehaving deep inside a training step;
 * **idempotent**: :func:`apply_verl_compat` may be called any number of times (every engine
   calls it), from any module, before or after verl's engine modules were imported;
-* **CPU only**: with CUDA available nothing is patched (NCCL, verl's own code paths); only the
-  version check runs, and ``verl.workers.engine`` is imported with its warnings about optional
-  backends (torchtitan, veomni, megatron, ...) silenced.
+* **CPU only**, with one exception: with CUDA available nothing else is patched (NCCL, verl's
+  own code paths); the version check runs, ``verl.workers.engine`` is imported with its
+  warnings about optional backends (torchtitan, veomni, megatron, ...) silenced, and the
+  value-model loader (5) honours the configured attention, which changes nothing where that is
+  flash-attention 2 (verl's choice) and lets a critic load where flash-attn is not installed.
 
 What is patched on CPU, and why (verl 0.9.1 sources in ``verl/``):
 
@@ -36,6 +38,14 @@ What is patched on CPU, and why (verl 0.9.1 sources in ``verl/``):
    and ``initialize_global_process_group_ray`` build ``f"cpu:gloo,{device}:{backend}"``, which on
    CPU is ``"cpu:gloo,cpu:gloo"`` and torch refuses ("Duplicate device type cpu"). Both are
    wrapped to use plain ``"gloo"`` on CPU (Ray ``TrainingWorker`` actors call the latter).
+5. **Value-model loading** (``verl.utils.model.load_valuehead_model``, the critic's loader; on
+   every device). It asks ``AutoModelForTokenClassification`` for
+   ``attn_implementation="flash_attention_2"`` whatever the model config says; without flash-attn
+   (always on CPU) the load fails and verl falls back to ``trl`` (which asks for flash-attention
+   2 too). The same model class is loaded with the config's own attention implementation
+   instead (the engine sets ``sdpa`` on CPU and on CUDA without flash-attn,
+   ``flash_attention_2`` otherwise, as verl would); models without a token-classification class
+   still go to verl's loader.
 
 Not patched, but needed on CPU (settings, chosen by :mod:`trinity.launcher.trainer.verl_engine`):
 ``attn_implementation: sdpa`` (verl's default is flash-attention 2), fp32 parameters and compute
@@ -380,6 +390,38 @@ def _wrap_process_group_init() -> None:
             module.initialize_global_process_group = initialize_global_process_group
 
 
+# ---------------------------------------------------------- patch 5: value-model attention
+
+
+def _patch_valuehead_loader(device: str) -> None:
+    import verl.utils.model as vmodel
+
+    original = vmodel.load_valuehead_model
+    if getattr(original, "_trinity_patched", False):
+        return
+
+    @functools.wraps(original)
+    def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+        # verl hard-codes flash-attention 2 here; honour the config's attention instead
+        from transformers import AutoModelForTokenClassification
+
+        attn = getattr(model_config, "_attn_implementation", None) or "sdpa"
+        if device == "cpu" and attn.startswith("flash_attention"):
+            attn = "sdpa"  # no flash-attn kernels on CPU
+        if type(model_config) not in AutoModelForTokenClassification._model_mapping:
+            return original(local_path, torch_dtype, model_config, trust_remote_code)
+        return AutoModelForTokenClassification.from_pretrained(
+            pretrained_model_name_or_path=local_path,
+            torch_dtype=torch_dtype,
+            config=model_config,
+            attn_implementation=attn,
+            trust_remote_code=trust_remote_code,
+        )
+
+    load_valuehead_model._trinity_patched = True  # type: ignore[attr-defined]
+    vmodel.load_valuehead_model = load_valuehead_model
+
+
 # --------------------------------------------------------------------------------- entry point
 
 
@@ -417,6 +459,7 @@ def apply_verl_compat(device: Optional[str] = None) -> str:
             _install_cpu_platform()
             _wrap_process_group_init()
         _import_verl_engines()
+        _patch_valuehead_loader(device)
         if device == "cpu":
             _register_cpu_engines()
             _fix_cached_device_names()

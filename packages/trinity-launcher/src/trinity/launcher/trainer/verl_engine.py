@@ -544,6 +544,10 @@ class VerlTrainEngine:
         global_step: optimizer steps taken (restored by :meth:`load_checkpoint`).
     """
 
+    #: verl's model type of the engine: a causal LM here; the critic
+    #: (:class:`~trinity.launcher.trainer.critic.VerlCriticEngine`) builds a ``value_model``.
+    MODEL_TYPE = "language_model"
+
     def __init__(self, settings: VerlEngineSettings) -> None:
         self.settings = settings
         self.device = apply_verl_compat(settings.device)
@@ -570,6 +574,7 @@ class VerlTrainEngine:
             override_config={"attn_implementation": attn},
             use_remove_padding=s.use_remove_padding,
             enable_gradient_checkpointing=s.gradient_checkpointing,
+            model_type=self.MODEL_TYPE,
         )
         compile_ = self.device != "cpu" if s.use_torch_compile is None else s.use_torch_compile
         engine_kwargs: dict[str, Any] = dict(
@@ -622,7 +627,7 @@ class VerlTrainEngine:
         )
         self._model_config = model_config
         engine = EngineRegistry.new(
-            model_type="language_model",
+            model_type=self.MODEL_TYPE,
             backend="fsdp2",
             model_config=model_config,
             engine_config=engine_config,
@@ -916,6 +921,23 @@ class VerlTrainEngine:
         lr = self.lr
         started = time.perf_counter()
         callback = _MicroBatchLoss(spec, list(fields), self.dp_size)
+        grad_norm, metrics = self._train_batch(td, callback)
+        metrics.update(
+            {
+                "actor/grad_norm": grad_norm,
+                "actor/lr": lr,
+                "actor/num_tokens": totals[0],
+                "actor/step_time_s": time.perf_counter() - started,
+            }
+        )
+        return metrics
+
+    def _train_batch(self, td: Any, callback: Any) -> tuple[float, dict[str, float]]:
+        """One optimizer step and lr-schedule step on ``td``; ``(grad_norm, metrics)``.
+
+        The callback's metrics are already weighted by each micro-batch's share of the batch,
+        so they are summed over micro-batches and data-parallel ranks.
+        """
         with self._engine.train_mode():
             output = self._engine.train_batch(td, loss_function=callback)
         self._engine.lr_scheduler_step()
@@ -938,15 +960,7 @@ class VerlTrainEngine:
             logger.warning(
                 "step %d: gradient norm %s, the update was skipped", self.global_step, grad_norm
             )
-        metrics.update(
-            {
-                "actor/grad_norm": grad_norm,
-                "actor/lr": lr,
-                "actor/num_tokens": totals[0],
-                "actor/step_time_s": time.perf_counter() - started,
-            }
-        )
-        return metrics
+        return grad_norm, metrics
 
     # ---------------------------------------------------------------- weights
 

@@ -1,0 +1,334 @@
+"""Resuming ``mode: both``: a run SIGKILLed after a checkpoint and restarted with the same
+command trains exactly the experiences, step for step, that an uninterrupted run trains.
+
+The explorer runs one step ahead (``sync_offset: 1``), so at the checkpoint it has usually
+written a step the trainer has not read; the checkpoint carries those experiences
+(``global_step_N/explorer/experiences.bin``) and the explorer's task-set position. Every train
+step records the run ids of its experiences (``batch/experience_ids`` in ``metrics.jsonl``),
+which is what the runs are compared on. Settings that would make a checkpoint mean something
+else are refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("verl")
+pytest.importorskip("ray")
+
+from trinity.launcher.both import required_version  # noqa: E402
+
+TASKS = 8
+BATCH = 4
+REPEAT = 4
+EPOCHS = 3
+STEPS = TASKS * EPOCHS // BATCH  # 6
+
+
+def write_config(tmp_path: Path, model_path: str, name: str, **over) -> Path:
+    tasks = tmp_path / "tasks.jsonl"
+    if not tasks.exists():
+        rows = [{"question": f"{a}+{a + 1}=", "answer": str(2 * a + 1)} for a in range(TASKS)]
+        tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = {
+        "mode": "both",
+        "project": "resume",
+        "name": name,
+        "checkpoint_root_dir": str(tmp_path / "ckpt"),
+        "algorithm": {
+            "algorithm_type": "grpo",
+            "repeat_times": REPEAT,
+            "optimizer": {"lr": 1e-3},
+        },
+        "model": {"model_path": model_path, "max_prompt_tokens": 32, "max_response_tokens": 4},
+        "cluster": {"gpu_per_node": 0},
+        "buffer": {
+            "batch_size": over.pop("batch_size", BATCH),
+            "total_epochs": EPOCHS,
+            "explorer_input": {
+                "taskset": {
+                    "name": "arithmetic",
+                    "path": str(tasks),
+                    "format": {"prompt_key": "question", "response_key": "answer"},
+                    "default_workflow_type": "arithmetic_workflow",
+                }
+            },
+        },
+        "explorer": {
+            "runner_per_model": 4,
+            "eval_on_startup": False,
+            "rollout_model": {"engine_type": "transformers", "dtype": "float32", "seed": 1},
+        },
+        "synchronizer": {"sync_method": "memory", "sync_interval": 1, "sync_offset": 1},
+        "trainer": {"save_interval": 2},
+        "monitor": {"monitor_type": "tensorboard"},
+    }
+    config["buffer"].update(over.pop("buffer", {}))
+    assert not over, over
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def job_dir(tmp_path: Path, name: str) -> Path:
+    return tmp_path / "ckpt" / "resume" / name
+
+
+def launch(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    ray_tmp = tempfile.mkdtemp(prefix="tr-ray-")  # Ray's socket paths must stay short
+    env = dict(os.environ, TRINITY_RAY_TMPDIR=ray_tmp, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    with open(log, "w") as out:  # a file, not a pipe: nobody reads while we wait
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trinity.launcher.cli", "run", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # its own process group: Ray's processes die with it
+        )
+    return proc, ray_tmp
+
+
+def run_to_end(config: Path, log: Path) -> str:
+    proc, ray_tmp = launch(config, log)
+    try:
+        proc.wait(timeout=600)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    out = log.read_text()
+    assert proc.returncode == 0, out[-6000:]
+    assert "Mode both finished" in out
+    return out
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_without_losing_or_repeating_experiences(tmp_path, model_path):
+    straight_dir = job_dir(tmp_path, "straight")
+    run_to_end(write_config(tmp_path, model_path, "straight"), tmp_path / "straight.log")
+    straight = metrics(straight_dir)
+    assert [r["step"] for r in straight] == list(range(1, STEPS + 1))
+
+    # the same run, SIGKILLed (with its Ray processes) as soon as a checkpoint exists
+    config = write_config(tmp_path, model_path, "killed")
+    run = job_dir(tmp_path, "killed")
+    latest = run / "latest_checkpointed_iteration.txt"
+    proc, ray_tmp = launch(config, tmp_path / "killed.log")
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and not latest.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    out = (tmp_path / "killed.log").read_text()
+    assert proc.returncode == -signal.SIGKILL, out[-4000:]
+    ckpt = int(latest.read_text())
+    assert 2 <= ckpt < STEPS, f"killed at checkpoint {ckpt}, not mid-run"
+
+    # what the checkpoint holds of the explorer: its position and exactly the experiences of
+    # the steps it ran ahead of the trainer
+    state_dir = run / f"global_step_{ckpt}" / "explorer"
+    state = json.loads((state_dir / "explorer_state.json").read_text())
+    ahead = state["explorer"]["step"]
+    assert ahead >= ckpt
+    assert state["explorer"]["taskset"]["current_index"] == ahead * BATCH
+    from trinity.common.experience import Experience
+
+    data = (state_dir / "experiences.bin").read_bytes()
+    saved = Experience.deserialize_many(data) if data else []
+    assert sorted(e.eid.rid for e in saved) == sorted(
+        f"{s}/{t}/{r}"
+        for s in range(ckpt + 1, ahead + 1)
+        for t in range(BATCH)
+        for r in range(REPEAT)
+    )
+
+    # the same command again
+    out = run_to_end(config, tmp_path / "resumed.log")
+    assert f"Resuming mode both from global_step_{ckpt}" in out
+    assert f"{len(saved)} experiences explored but not trained" in out
+    resumed = metrics(run)
+    assert [r["step"] for r in resumed] == list(range(1, STEPS + 1))  # none twice, none missing
+    assert latest.read_text() == straight_dir.joinpath(latest.name).read_text() == str(STEPS)
+
+    trained: list[str] = []
+    for got, want in zip(resumed, straight, strict=True):
+        ids = got["batch/experience_ids"].split()
+        assert ids == want["batch/experience_ids"].split(), got["step"]
+        assert ids == sorted(f"{got['step']}/{t}/{r}" for t in range(BATCH) for r in range(REPEAT))
+        trained += ids
+        assert got["batch/size"] == BATCH * REPEAT
+        # every record is whole: the explorer's metrics of the steps it ran before the kill
+        # came back from the checkpoint
+        assert {"rollout/reward/mean", "actor/loss", "time/explore_step"} <= set(got)
+    assert len(trained) == len(set(trained)) == STEPS * BATCH * REPEAT
+
+    # the experiences carried over were trained as they were generated (not generated again
+    # after the restart): the same model versions as without the kill
+    versions = [r["sample/model_version/max"] for r in resumed]
+    expected = [required_version(s, 1, 1) for s in range(1, STEPS + 1)]
+    assert [r["sample/model_version/max"] for r in straight] == expected
+    for s in range(1, STEPS + 1):
+        if s == ckpt + 1 and ahead == ckpt:  # regenerated after the restart, with weights ckpt
+            assert versions[s - 1] == ckpt
+        else:
+            assert versions[s - 1] == expected[s - 1], (s, versions)
+
+
+def fake_checkpoint(run: Path, step: int, explorer_state: dict | None) -> None:
+    step_dir = run / f"global_step_{step}"
+    step_dir.mkdir(parents=True)
+    if explorer_state is not None:
+        (step_dir / "explorer").mkdir()
+        (step_dir / "explorer" / "explorer_state.json").write_text(json.dumps(explorer_state))
+        (step_dir / "explorer" / "experiences.bin").write_bytes(b"")
+    (run / "latest_checkpointed_iteration.txt").write_text(str(step))
+
+
+def fingerprint(tmp_path: Path, batch_size: int = BATCH) -> dict:
+    return {
+        "buffer.explorer_input.tasksets": [
+            {"name": "arithmetic", "path": str(tmp_path / "tasks.jsonl"), "tasks": TASKS}
+        ],
+        "buffer.batch_size": batch_size,
+        "buffer.train_batch_size": batch_size * REPEAT,
+        "algorithm.repeat_times": REPEAT,
+        "algorithm.algorithm_type": "grpo",
+        "buffer.trainer_input.experience_buffer.storage_type": "queue",
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("no explorer state", "without the explorer's state (explorer/explorer_state.json)"),
+        ("other batch size", "buffer.batch_size: 8 then, 4 now"),
+        ("sql buffer", "resumes only with a FIFO queue"),
+    ],
+)
+def test_checkpoints_that_cannot_be_resumed_are_refused(
+    tmp_path, model_path, capsys, case, message
+):
+    """Refused before anything starts (exit status 2), naming what differs and the way out."""
+    from trinity.launcher.cli import main
+
+    over: dict = {}
+    if case == "sql buffer":
+        over["buffer"] = {
+            "trainer_input": {
+                "experience_buffer": {
+                    "name": "exps",
+                    "storage_type": "sql",
+                    "path": str(tmp_path / "exps.db"),
+                }
+            }
+        }
+    config = write_config(tmp_path, model_path, "again", **over)
+    state = None
+    if case != "no explorer state":
+        state = {
+            "version": 1,
+            "trainer_step": 2,
+            "explorer": {"step": 2, "taskset": None},
+            "fingerprint": fingerprint(tmp_path, batch_size=8),
+            "metrics": {},
+            "experiences": 0,
+        }
+    fake_checkpoint(job_dir(tmp_path, "again"), 2, state)
+    assert main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert "global_step_2" in err
+    assert "continue_from_checkpoint: false" in err
+
+
+def test_a_matching_fingerprint_passes_the_checks(tmp_path, model_path):
+    """The counterpart of the refusals: the same settings are accepted (checked without
+    starting the run)."""
+    from trinity.launcher.both import _check_fingerprint, run_fingerprint
+    from trinity.launcher.cli import prepare_config
+    from trinity.launcher.explorer import Explorer
+    from trinity.launcher.modes import LaunchInputError
+
+    config, _ = prepare_config(str(write_config(tmp_path, model_path, "same")))
+    explorer = Explorer(config, monitor=None)
+    saved = json.loads(json.dumps(run_fingerprint(config, explorer)))
+    assert saved == fingerprint(tmp_path)
+    _check_fingerprint(config, explorer, 2, {"fingerprint": saved})
+    with pytest.raises(LaunchInputError, match="algorithm.repeat_times: 2 then, 4 now"):
+        _check_fingerprint(
+            config, explorer, 2, {"fingerprint": dict(saved, **{"algorithm.repeat_times": 2})}
+        )
+
+
+def _exps(step: int, n: int) -> list:
+    from trinity.common.experience import EID, Experience
+
+    return [
+        Experience(tokens=[1, 2, 3], prompt_length=1, reward=0.0, eid=EID(batch=step, task=i))
+        for i in range(n)
+    ]
+
+
+def test_the_ledger_keeps_what_the_trainer_has_not_read_in_queue_order():
+    from trinity.launcher.both import ExperienceLedger
+
+    ledger = ExperienceLedger()
+    first, second = _exps(1, 4), _exps(2, 4)
+    ledger.add(first)
+    ledger.add(second)
+    ledger.consume(first[:3])
+    assert ledger.pending() == [first[3], *second]
+    # FIFO: reading second[1] means first[3] and second[0] were read (and, say, dropped)
+    ledger.consume([second[1]])
+    assert ledger.pending() == second[2:]
+    ledger.consume(_exps(9, 2))  # never written here: nothing changes
+    assert len(ledger) == 2
+
+
+def test_the_pipeline_shows_what_it_is_about_to_write_before_writing_it():
+    import asyncio
+
+    from trinity.buffer.pipelines import ExperiencePipeline
+
+    written: list = []
+    seen: list = []
+
+    class Writer:
+        def write(self, exps):
+            written.extend(exps)
+
+    pipeline = ExperiencePipeline([], writer=Writer())
+    exps = _exps(1, 3)
+    asyncio.run(
+        pipeline.process(exps, before_write=lambda out, m: seen.append((list(out), len(written))))
+    )
+    assert seen == [(exps, 0)] and written == exps
+
+
+def test_metrics_after_the_checkpoint_are_dropped(tmp_path):
+    from trinity.launcher.both import truncate_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "x": s}) for s in (1, 2, 3, 4)]
+    path.write_text("\n".join(lines) + '\n{"step": 5, "x"')  # a torn last line
+    assert truncate_metrics(str(path), 2) == 3
+    assert path.read_text() == "\n".join(lines[:2]) + "\n"
+    assert truncate_metrics(str(path), 2) == 0
+    assert truncate_metrics(str(tmp_path / "none.jsonl"), 2) == 0
