@@ -53,7 +53,9 @@ sync_env() {
     skip=(--no-install-package torch)
     local p
     for p in $(cuda_only_packages); do skip+=(--no-install-package "$p"); done
-    UV_PROJECT_ENVIRONMENT="$env_dir" uv sync --frozen --quiet --directory "$ROOT" "$@" "${skip[@]}"
+    # --inexact: a plain sync removes the CPU torch installed below (it is not "in" the
+    # selection), so every run would reinstall it -- and an env in use would lose torch meanwhile
+    UV_PROJECT_ENVIRONMENT="$env_dir" uv sync --frozen --inexact --quiet --directory "$ROOT" "$@" "${skip[@]}"
     if ! "$env_dir/bin/python" -c 'import torch, sys; sys.exit(0 if torch.__version__.endswith("+cpu") else 1)' 2>/dev/null; then
       # --no-config: the workspace's override-dependencies would swap the wheel back for PyPI's torch
       uv pip install --no-config --quiet --python "$env_dir/bin/python" --no-deps --reinstall-package torch "$wheel"

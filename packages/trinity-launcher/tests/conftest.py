@@ -59,3 +59,81 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+@pytest.fixture
+def both_config(model_path):
+    """``build(tmp_path, name, tasks, **sections) -> dict``: the tests' mode-``both`` config --
+    GRPO on an arithmetic task file with the transformers engine in a Ray actor and verl on CPU
+    -- with ``sections`` merged in (nested dicts key by key)."""
+
+    def build(tmp_path, name: str, tasks, **sections) -> dict:
+        config = {
+            "mode": "both",
+            "project": "both",
+            "name": name,
+            "checkpoint_root_dir": str(tmp_path / "ckpt"),
+            "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "optimizer": {"lr": 1e-3}},
+            "model": {"model_path": model_path, "max_prompt_tokens": 32, "max_response_tokens": 4},
+            "cluster": {"gpu_per_node": 0},
+            "buffer": {
+                "batch_size": 4,
+                "total_epochs": 1,
+                "explorer_input": {
+                    "taskset": {
+                        "name": "arithmetic",
+                        "path": str(tasks),
+                        "format": {"prompt_key": "question", "response_key": "answer"},
+                        "default_workflow_type": "arithmetic_workflow",
+                    }
+                },
+            },
+            "explorer": {
+                "runner_per_model": 4,
+                "eval_on_startup": False,
+                "rollout_model": {"engine_type": "transformers", "dtype": "float32", "seed": 1},
+            },
+            "synchronizer": {"sync_method": "memory", "sync_interval": 1},
+            "trainer": {"save_interval": 2},
+        }
+        return _merge(config, sections)
+
+    return build
+
+
+@pytest.fixture
+def run_cli():
+    """``run(config_path, *args, timeout=600)``: ``trinity run --config PATH`` in a subprocess
+    with a short Ray session directory (Ray's socket paths must stay short) and one OpenMP
+    thread; returns the ``CompletedProcess`` (output captured as text)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    def run(path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        ray_tmp = tempfile.mkdtemp(prefix="tr-ray-")
+        env = dict(os.environ, TRINITY_RAY_TMPDIR=ray_tmp, OMP_NUM_THREADS="1")
+        env.pop("RAY_ADDRESS", None)
+        try:
+            return subprocess.run(
+                [sys.executable, "-m", "trinity.launcher.cli", "run", "--config", str(path), *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+            )
+        finally:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+
+    return run

@@ -6,11 +6,6 @@ weights synchronised through memory or checkpoints every ``sync_interval`` steps
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,65 +34,29 @@ def test_required_version(interval, offset, expected):
     assert got == expected
 
 
-def run_both(tmp_path: Path, model_path: str, name: str, **sync) -> tuple[list[dict], Path]:
-    done = launch_both(tmp_path, model_path, name, **sync)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    assert "Mode both finished" in done.stdout
-    run = tmp_path / "ckpt" / "both" / name
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return rows, run
+@pytest.fixture
+def run_both(tmp_path, both_config, run_cli):
+    """``run(name, **synchronizer) -> (metrics rows, run dir)``: mode both through the CLI on 8
+    tasks x 2 epochs, 4 per step (the run ends when the task set does: the explorer closes its
+    writer, the trainer drains the queue and stops)."""
 
+    def run(name: str, expect_ok: bool = True, **sync):
+        tasks = tmp_path / "tasks.jsonl"
+        rows = (REPO / "examples" / "data" / "arithmetic" / "train.jsonl").read_text().splitlines()
+        tasks.write_text("\n".join(rows[:8]) + "\n")
+        config = both_config(tmp_path, name, tasks, buffer={"total_epochs": 2}, synchronizer=sync)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        done = run_cli(path)
+        if not expect_ok:
+            return done
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+        assert "Mode both finished" in done.stdout
+        run_dir = tmp_path / "ckpt" / "both" / name
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines], run_dir
 
-def launch_both(tmp_path: Path, model_path: str, name: str, **sync) -> subprocess.CompletedProcess:
-    tasks = tmp_path / "tasks.jsonl"
-    rows = (REPO / "examples" / "data" / "arithmetic" / "train.jsonl").read_text().splitlines()
-    tasks.write_text("\n".join(rows[:8]) + "\n")
-    config = {
-        "mode": "both",
-        "project": "both",
-        "name": name,
-        "checkpoint_root_dir": str(tmp_path / "ckpt"),
-        "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "optimizer": {"lr": 1e-3}},
-        "model": {"model_path": model_path, "max_prompt_tokens": 32, "max_response_tokens": 4},
-        "cluster": {"gpu_per_node": 0},
-        "buffer": {
-            # 8 tasks x 2 epochs / 4 per step: the run ends when the task set does (the
-            # explorer closes its writer, the trainer drains the queue and stops)
-            "batch_size": 4,
-            "total_epochs": 2,
-            "explorer_input": {
-                "taskset": {
-                    "name": "arithmetic",
-                    "path": str(tasks),
-                    "format": {"prompt_key": "question", "response_key": "answer"},
-                    "default_workflow_type": "arithmetic_workflow",
-                }
-            },
-        },
-        "explorer": {
-            "runner_per_model": 4,
-            "eval_on_startup": False,
-            "rollout_model": {"engine_type": "transformers", "dtype": "float32", "seed": 1},
-        },
-        "synchronizer": sync,
-        "trainer": {"save_interval": 2},
-    }
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    ray_tmp = tempfile.mkdtemp(prefix="tr-ray-")  # Ray's socket paths must stay short
-    env = dict(os.environ, TRINITY_RAY_TMPDIR=ray_tmp, OMP_NUM_THREADS="1")
-    env.pop("RAY_ADDRESS", None)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "trinity.launcher.cli", "run", "--config", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=env,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    return done
+    return run
 
 
 @pytest.mark.slow
@@ -105,12 +64,8 @@ def launch_both(tmp_path: Path, model_path: str, name: str, **sync) -> subproces
     ("method", "interval", "offset"),
     [("memory", 1, 0), ("checkpoint", 2, 0), ("memory", 1, 1)],
 )
-def test_explorer_and_trainer_follow_the_sync_schedule(
-    tmp_path, model_path, method, interval, offset
-):
+def test_explorer_and_trainer_follow_the_sync_schedule(run_both, method, interval, offset):
     rows, run = run_both(
-        tmp_path,
-        model_path,
         f"{method}-{interval}-{offset}",
         sync_method=method,
         sync_interval=interval,
@@ -137,13 +92,40 @@ def test_explorer_and_trainer_follow_the_sync_schedule(
             assert any(p.suffix == ".safetensors" for p in hf.iterdir())
 
 
-def test_a_checkpoint_mode_both_cannot_resume_from_is_refused_plainly(tmp_path, model_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("style", ["dynamic_by_explorer", "dynamic_by_trainer"])
+def test_dynamic_sync_styles(run_both, style):
+    rows, _ = run_both(
+        style,
+        sync_method="memory",
+        sync_style=style,
+        sync_interval=2,
+        sync_offset=1,
+    )
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    versions = [r["rollout/model_version"] for r in rows]
+    assert [r["sample/model_version/max"] for r in rows] == versions
+    assert versions == sorted(versions)  # weights only move forward
+    # never weights of a step not yet trained when the explore step ran (it started after
+    # need(e) train steps were done, and used whatever the engines held)
+    assert all(v <= e - 1 for e, v in enumerate(versions, start=1))
+    if style == "dynamic_by_trainer":  # the trainer pushes every 2 train steps
+        assert [r["step"] for r in rows if "time/sync" in r] == [2, 4]
+        assert set(versions) <= {0.0, 2.0}
+    else:  # the explorer asks after explore step 2, and takes what the trainer has then
+        assert versions[:2] == [0.0, 0.0]
+        asked = [r for r in rows if "sync/version" in r]
+        assert [r["step"] for r in asked] == [3]
+        assert asked[0]["sync/version"] == versions[2] == versions[3]
+
+
+def test_a_checkpoint_mode_both_cannot_resume_from_is_refused_plainly(tmp_path, run_both):
     # a checkpoint without the explorer's side (mode train wrote it): exit status 2, nothing
     # started. Resuming proper and the other refusals are in test_both_resume.py.
     run = tmp_path / "ckpt" / "both" / "again"
     (run / "global_step_2").mkdir(parents=True)
     (run / "latest_checkpointed_iteration.txt").write_text("2")
-    done = launch_both(tmp_path, model_path, "again", sync_method="memory")
+    done = run_both("again", expect_ok=False, sync_method="memory")
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
     assert "without the explorer's state" in done.stderr
     assert "global_step_2" in done.stderr

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -280,56 +276,23 @@ def test_critic_warmup_holds_the_actor(tmp_path, model_path):
 
 
 @pytest.mark.slow
-def test_ppo_mode_both_trains_the_critic(tmp_path, model_path):
+def test_ppo_mode_both_trains_the_critic(tmp_path, both_config, run_cli):
     tasks = tmp_path / "tasks.jsonl"
     rows = (REPO / "examples" / "data" / "arithmetic" / "train.jsonl").read_text().splitlines()
     tasks.write_text("\n".join(rows[:6]) + "\n")
-    config = {
-        "mode": "both",
-        "project": "ppo",
-        "name": "critic",
-        "checkpoint_root_dir": str(tmp_path / "ckpt"),
-        "algorithm": {"algorithm_type": "ppo", "repeat_times": 2, "optimizer": {"lr": 1e-3}},
-        "model": {"model_path": model_path, "max_prompt_tokens": 32, "max_response_tokens": 4},
-        "cluster": {"gpu_per_node": 0},
-        "buffer": {
-            "batch_size": 2,
-            "total_epochs": 1,  # 6 tasks / 2 per step: 3 steps
-            "explorer_input": {
-                "taskset": {
-                    "name": "arithmetic",
-                    "path": str(tasks),
-                    "format": {"prompt_key": "question", "response_key": "answer"},
-                    "default_workflow_type": "arithmetic_workflow",
-                }
-            },
-        },
-        "explorer": {
-            "runner_per_model": 2,
-            "eval_on_startup": False,
-            "rollout_model": {"engine_type": "transformers", "dtype": "float32", "seed": 1},
-        },
-        "synchronizer": {"sync_method": "memory", "sync_interval": 1},
-        "trainer": {
-            "save_interval": 2,
-            "trainer_config": {"critic": {"optim": {"lr": 1e-2}, "cliprange_value": 0.5}},
-        },
-    }
+    config = both_config(
+        tmp_path,
+        "critic",
+        tasks,
+        project="ppo",
+        algorithm={"algorithm_type": "ppo", "repeat_times": 2},
+        buffer={"batch_size": 2},  # 6 tasks / 2 per step: 3 steps
+        explorer={"runner_per_model": 2},
+        trainer={"trainer_config": {"critic": {"optim": {"lr": 1e-2}, "cliprange_value": 0.5}}},
+    )
     path = tmp_path / "ppo.yaml"
     path.write_text(yaml.safe_dump(config))
-    ray_tmp = tempfile.mkdtemp(prefix="tr-ray-")  # Ray's socket paths must stay short
-    env = dict(os.environ, TRINITY_RAY_TMPDIR=ray_tmp, OMP_NUM_THREADS="1")
-    env.pop("RAY_ADDRESS", None)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "trinity.launcher.cli", "run", "--config", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=env,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    done = run_cli(path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     run = tmp_path / "ckpt" / "ppo" / "critic"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

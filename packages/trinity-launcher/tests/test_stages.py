@@ -5,11 +5,6 @@ skips finished stages, and bad stages are refused before anything runs."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -96,31 +91,15 @@ def staged_config(tmp_path: Path, model_path: str, **base_over) -> dict:
     }
 
 
-def launch(path: Path, *args: str) -> subprocess.CompletedProcess:
-    ray_tmp = tempfile.mkdtemp(prefix="tr-ray-")  # Ray's socket paths must stay short
-    env = dict(os.environ, TRINITY_RAY_TMPDIR=ray_tmp, OMP_NUM_THREADS="1")
-    env.pop("RAY_ADDRESS", None)
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "trinity.launcher.cli", "run", "--config", str(path), *args],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=env,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-
-
 def write(tmp_path: Path, config: dict) -> Path:
     path = tmp_path / "staged.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
-def test_staged_config_dry_run_checks_every_stage(tmp_path, model_path):
+def test_staged_config_dry_run_checks_every_stage(tmp_path, model_path, run_cli):
     config = staged_config(tmp_path, model_path)
-    done = launch(write(tmp_path, config), "--dry-run")
+    done = run_cli(write(tmp_path, config), "--dry-run")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "stage 1: sft (mode=train, algorithm=sft)" in done.stdout
     assert "stage 2: grpo (mode=both, algorithm=grpo)" in done.stdout
@@ -128,16 +107,18 @@ def test_staged_config_dry_run_checks_every_stage(tmp_path, model_path):
 
     # a bad value only the second stage has is reported as that stage's field
     config["stages"][1]["buffer"]["explorer_input"]["taskset"]["default_workflow_type"] = "nope"
-    done = launch(write(tmp_path, config), "--dry-run")
+    done = run_cli(write(tmp_path, config), "--dry-run")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "stages[1].buffer.explorer_input.taskset.default_workflow_type" in done.stderr
     assert "Traceback" not in done.stderr
 
 
 @pytest.mark.slow
-def test_sft_then_grpo_hands_weights_on_and_a_restart_skips_finished_stages(tmp_path, model_path):
+def test_sft_then_grpo_hands_weights_on_and_a_restart_skips_finished_stages(
+    tmp_path, model_path, run_cli
+):
     path = write(tmp_path, staged_config(tmp_path, model_path))
-    done = launch(path)
+    done = run_cli(path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "All 2 stages finished" in done.stdout
 
@@ -158,18 +139,18 @@ def test_sft_then_grpo_hands_weights_on_and_a_restart_skips_finished_stages(tmp_
     assert [r["step"] for r in grpo_rows if "actor/loss" in r] == [1, 2]
 
     # the same command again: both stages are finished, nothing is retrained
-    again = launch(path)
+    again = run_cli(path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert (job / "grpo" / "metrics.jsonl").read_text().count("\n") == len(grpo_rows)
     assert "finished in an earlier run; skipped" in again.stdout + again.stderr
 
 
-def test_stage_record_of_other_stages_is_refused(tmp_path, model_path):
+def test_stage_record_of_other_stages_is_refused(tmp_path, model_path, run_cli):
     config = staged_config(tmp_path, model_path)
     job = tmp_path / "ckpt" / "stages" / "sft-grpo"
     job.mkdir(parents=True)
     (job / "stages.json").write_text(json.dumps({"completed": [{"stage_name": "warmup"}]}))
-    done = launch(write(tmp_path, config))
+    done = run_cli(write(tmp_path, config))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "stages.json" in done.stderr and "warmup" in done.stderr
     assert "Traceback" not in done.stderr

@@ -16,6 +16,14 @@ Schedule (``sync_style: fixed``): explore step ``e`` runs with the weights of tr
 ``sync_interval: 1, sync_offset: 0`` every step is on-policy, ``sync_interval: k`` refreshes the
 engines every ``k`` steps, and ``sync_offset: 1`` lets the explorer run one step ahead of the
 trainer (its batch was generated one version behind), overlapping generation and training.
+The dynamic styles keep the same bound on how far the explorer runs ahead (explore step ``e``
+starts once ``need(e)`` train steps are *done*) but do not wait for particular weights:
+``dynamic_by_trainer`` -- the trainer pushes its weights every ``sync_interval`` train steps and
+the explorer generates with whatever the engines hold; ``dynamic_by_explorer`` -- every
+``sync_interval`` explore steps the explorer asks for new weights and waits (at most
+``sync_timeout``) until the trainer has pushed those of its last finished step (served also
+while the trainer waits for data, never during a train step; ``sync/version`` on the record of
+the step that follows). Trinity-RFT's ``need_sync`` follows the same split of who decides.
 Every experience records the model version that generated it (``model_version``), and
 ``metrics.jsonl`` gets one object per step: the explorer's rollout metrics, the trainer's
 losses, the timings of explore, train and sync, and ``batch/experience_ids`` (the run ids
@@ -50,6 +58,10 @@ from trinity.common.experience import Experience
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
+
+
+#: ``synchronizer.sync_style`` values mode ``both`` runs.
+SYNC_STYLES = ("fixed", "dynamic_by_explorer", "dynamic_by_trainer")
 
 
 def required_version(explore_step: int, sync_interval: int, sync_offset: int) -> int:
@@ -281,15 +293,22 @@ async def run_both_async(
     sync = Synchronizer(config, explorer, trainer.engine)
     interval = config.synchronizer.sync_interval
     offset = config.synchronizer.sync_offset
-    if config.synchronizer.sync_style != "fixed":
-        logger.warning(
-            "synchronizer.sync_style %r runs as 'fixed' in this release",
-            config.synchronizer.sync_style,
+    style = config.synchronizer.sync_style
+    if style not in SYNC_STYLES:
+        raise ValueError(
+            f"synchronizer.sync_style: {style!r} is not a sync style; use one of {SYNC_STYLES}"
         )
     save_interval = config.trainer.save_interval
     eval_interval = config.explorer.eval_interval
-    state = {"version": trainer.global_step, "explorer_done": False, "trainer_done": False}
+    state: dict[str, Any] = {
+        "version": trainer.global_step,  # the weights the rollout engines serve
+        "trained": trainer.global_step,  # train steps done
+        "request": None,  # dynamic_by_explorer: the explore step asking for new weights
+        "explorer_done": False,
+        "trainer_done": False,
+    }
     changed = asyncio.Condition()
+    training = asyncio.Lock()  # held while the trainer's weights change
     last: dict[str, Any] = {}
 
     # What a checkpoint records of the explorer: its committed position, and (ledger) the
@@ -324,12 +343,65 @@ async def run_both_async(
 
     async def save() -> None:
         nonlocal saved
-        capture(trainer.global_step)
-        await asyncio.to_thread(trainer.save_checkpoint)
+        async with training:  # no weight push reads the engine meanwhile
+            capture(trainer.global_step)
+            await asyncio.to_thread(trainer.save_checkpoint)
         saved = trainer.global_step
 
     if trainer.global_step:  # resumed: the rollout engines get the checkpoint's weights
         await sync.push(trainer.global_step)
+
+    async def push(step: int) -> dict[str, float]:
+        """The trainer's weights (train step ``step``) into the rollout engines."""
+        wait = time.perf_counter()
+        async with generation:  # not while a step generates with the old weights
+            out = {"time/sync_wait": time.perf_counter() - wait, "time/sync": await sync.push(step)}
+        async with changed:
+            state["version"] = step
+            changed.notify_all()
+        return out
+
+    async def request_sync(explore_step: int) -> None:
+        """dynamic_by_explorer: ask for the trainer's current weights and wait (at most
+        ``sync_timeout``) until they are in the engines."""
+        async with changed:
+            state["request"] = explore_step
+            changed.notify_all()
+            try:
+                await asyncio.wait_for(
+                    changed.wait_for(lambda: state["request"] is None or state["trainer_done"]),
+                    timeout=sync.timeout,
+                )
+            except asyncio.TimeoutError:
+                state["request"] = None
+                logger.warning(
+                    "explore step %d: no weights within sync_timeout (%ss); exploring on with "
+                    "version %d",
+                    explore_step + 1,
+                    sync.timeout,
+                    state["version"],
+                )
+
+    async def serve_requests() -> None:
+        """dynamic_by_explorer: answer each request with the weights of the last train step
+        done (also while the trainer waits for data), never during a train step."""
+        while True:
+            async with changed:
+                await changed.wait_for(
+                    lambda: state["request"] is not None or state["trainer_done"]
+                )
+                if state["trainer_done"]:
+                    return
+                explore_step = state["request"]
+            metrics: dict[str, float] = {}
+            async with training:
+                if trainer.global_step > state["version"]:
+                    metrics = await push(trainer.global_step)
+            # on the record of the explore step about to run (not written yet)
+            merger.log({**metrics, "sync/version": float(state["version"])}, explore_step + 1)
+            async with changed:
+                state["request"] = None
+                changed.notify_all()
 
     async def explore_loop() -> None:
         try:
@@ -341,21 +413,32 @@ async def run_both_async(
                 explorer.progress.start(completed=explorer.step)
             if explorer.eval_readers and config.explorer.eval_on_startup and explorer.step == 0:
                 await explorer.eval()
+            synced_at = explorer.step
             while True:
                 need = required_version(explorer.step + 1, interval, offset)
+                # fixed: wait for the weights of train step need(e); dynamic styles: the same
+                # bound on how far the explorer runs ahead, counted in train steps done
+                key = "version" if style == "fixed" else "trained"
                 async with changed:
                     await changed.wait_for(
-                        lambda need=need: state["version"] >= need or state["trainer_done"]
+                        lambda need=need, key=key: state[key] >= need or state["trainer_done"]
                     )
                 if state["trainer_done"]:
                     break
+                total = explorer.total_steps
+                if total is not None and explorer.step >= total:
+                    break  # the task set is done: no weights to ask for
+                if style == "dynamic_by_explorer" and explorer.step - synced_at >= interval:
+                    await request_sync(explorer.step)
+                    synced_at = explorer.step
                 if not await explorer.explore_step():
                     break
                 if explorer.eval_readers and explorer.step % eval_interval == 0:
                     await explorer.eval()
         finally:
             state["explorer_done"] = True
-            await explorer.pipeline.close()  # the trainer's reader drains, then sees the end
+            if explorer.pipeline is not None:  # the trainer's reader drains, then sees the end
+                await explorer.pipeline.close()
             async with changed:
                 changed.notify_all()
 
@@ -371,18 +454,18 @@ async def run_both_async(
                     break
                 ledger.consume(exps)
                 ids = experience_ids(exps)
-                metrics = await asyncio.to_thread(trainer.train_step, exps)
-                metrics.update(sample_metrics)
-                step = trainer.global_step
-                metrics["time/train_step_total"] = time.perf_counter() - start
-                if step % interval == 0:
-                    wait = time.perf_counter()
-                    async with generation:  # not while a step generates with the old weights
-                        metrics["time/sync_wait"] = time.perf_counter() - wait
-                        metrics["time/sync"] = await sync.push(step)
-                    async with changed:
-                        state["version"] = step
-                        changed.notify_all()
+                async with training:
+                    metrics = await asyncio.to_thread(trainer.train_step, exps)
+                    metrics.update(sample_metrics)
+                    step = trainer.global_step
+                    metrics["time/train_step_total"] = time.perf_counter() - start
+                    # fixed / dynamic_by_trainer: the trainer pushes every sync_interval steps
+                    # (dynamic_by_explorer: when the explorer asks, see serve_requests)
+                    if style != "dynamic_by_explorer" and step % interval == 0:
+                        metrics.update(await push(step))
+                async with changed:
+                    state["trained"] = step
+                    changed.notify_all()
                 metrics["model_version"] = float(state["version"])
                 metrics[EXPERIENCE_IDS_KEY] = ids
                 now = time.perf_counter()
@@ -407,15 +490,22 @@ async def run_both_async(
                 state["trainer_done"] = True
                 changed.notify_all()
 
-    explore_task = asyncio.create_task(explore_loop())
-    train_task = asyncio.create_task(train_loop())
-    done, _ = await asyncio.wait({explore_task, train_task}, return_when=asyncio.FIRST_EXCEPTION)
+    tasks = [asyncio.create_task(explore_loop()), asyncio.create_task(train_loop())]
+    if style == "dynamic_by_explorer":
+        tasks.append(asyncio.create_task(serve_requests()))
+    try:
+        done, _ = await asyncio.wait(set(tasks), return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:  # cancelled (a signal): stop both loops before the explorer goes
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     for task in done:
         if task.exception() is not None:
-            for other in (explore_task, train_task):
+            for other in tasks:
                 other.cancel()
             raise task.exception()  # type: ignore[misc]
-    await asyncio.gather(explore_task, train_task)
+    await asyncio.gather(*tasks)
     trainer.checkpoint_hooks.remove(write_explorer_side)
     explorer.on_commit = explorer.generation_lock = None
     merger.flush()
