@@ -36,49 +36,32 @@ EPOCHS = 3
 STEPS = TASKS * EPOCHS // BATCH  # 6
 
 
-def write_config(tmp_path: Path, model_path: str, name: str, **over) -> Path:
-    tasks = tmp_path / "tasks.jsonl"
-    if not tasks.exists():
-        rows = [{"question": f"{a}+{a + 1}=", "answer": str(2 * a + 1)} for a in range(TASKS)]
-        tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = {
-        "mode": "both",
-        "project": "resume",
-        "name": name,
-        "checkpoint_root_dir": str(tmp_path / "ckpt"),
-        "algorithm": {
-            "algorithm_type": "grpo",
-            "repeat_times": REPEAT,
-            "optimizer": {"lr": 1e-3},
-        },
-        "model": {"model_path": model_path, "max_prompt_tokens": 32, "max_response_tokens": 4},
-        "cluster": {"gpu_per_node": 0},
-        "buffer": {
-            "batch_size": over.pop("batch_size", BATCH),
-            "total_epochs": EPOCHS,
-            "explorer_input": {
-                "taskset": {
-                    "name": "arithmetic",
-                    "path": str(tasks),
-                    "format": {"prompt_key": "question", "response_key": "answer"},
-                    "default_workflow_type": "arithmetic_workflow",
-                }
-            },
-        },
-        "explorer": {
-            "runner_per_model": 4,
-            "eval_on_startup": False,
-            "rollout_model": {"engine_type": "transformers", "dtype": "float32", "seed": 1},
-        },
-        "synchronizer": {"sync_method": "memory", "sync_interval": 1, "sync_offset": 1},
-        "trainer": {"save_interval": 2},
-        "monitor": {"monitor_type": "tensorboard"},
-    }
-    config["buffer"].update(over.pop("buffer", {}))
-    assert not over, over
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+@pytest.fixture
+def write_config(tmp_path, both_config):
+    """``write(name, **sections) -> path``: the shared mode-both config on 8 tasks x 3 epochs,
+    4 per step, the explorer one step ahead (``sync_offset: 1``)."""
+
+    def write(name: str, **over) -> Path:
+        tasks = tmp_path / "tasks.jsonl"
+        if not tasks.exists():
+            rows = [{"question": f"{a}+{a + 1}=", "answer": str(2 * a + 1)} for a in range(TASKS)]
+            tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        config = both_config(
+            tmp_path,
+            name,
+            tasks,
+            project="resume",
+            algorithm={"repeat_times": REPEAT},
+            buffer={"batch_size": BATCH, "total_epochs": EPOCHS, **over.pop("buffer", {})},
+            synchronizer={"sync_offset": 1},
+            monitor={"monitor_type": "tensorboard"},
+            **over,
+        )
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    return write
 
 
 def job_dir(tmp_path: Path, name: str) -> Path:
@@ -117,14 +100,14 @@ def metrics(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_without_losing_or_repeating_experiences(tmp_path, model_path):
+def test_killed_run_resumes_without_losing_or_repeating_experiences(tmp_path, write_config):
     straight_dir = job_dir(tmp_path, "straight")
-    run_to_end(write_config(tmp_path, model_path, "straight"), tmp_path / "straight.log")
+    run_to_end(write_config("straight"), tmp_path / "straight.log")
     straight = metrics(straight_dir)
     assert [r["step"] for r in straight] == list(range(1, STEPS + 1))
 
     # the same run, SIGKILLed (with its Ray processes) as soon as a checkpoint exists
-    config = write_config(tmp_path, model_path, "killed")
+    config = write_config("killed")
     run = job_dir(tmp_path, "killed")
     latest = run / "latest_checkpointed_iteration.txt"
     proc, ray_tmp = launch(config, tmp_path / "killed.log")
@@ -223,7 +206,7 @@ def fingerprint(tmp_path: Path, batch_size: int = BATCH) -> dict:
     ],
 )
 def test_checkpoints_that_cannot_be_resumed_are_refused(
-    tmp_path, model_path, capsys, case, message
+    tmp_path, write_config, capsys, case, message
 ):
     """Refused before anything starts (exit status 2), naming what differs and the way out."""
     from trinity.launcher.cli import main
@@ -239,7 +222,7 @@ def test_checkpoints_that_cannot_be_resumed_are_refused(
                 }
             }
         }
-    config = write_config(tmp_path, model_path, "again", **over)
+    config = write_config("again", **over)
     state = None
     if case != "no explorer state":
         state = {
@@ -258,7 +241,7 @@ def test_checkpoints_that_cannot_be_resumed_are_refused(
     assert "continue_from_checkpoint: false" in err
 
 
-def test_a_matching_fingerprint_passes_the_checks(tmp_path, model_path):
+def test_a_matching_fingerprint_passes_the_checks(tmp_path, write_config):
     """The counterpart of the refusals: the same settings are accepted (checked without
     starting the run)."""
     from trinity.launcher.both import _check_fingerprint, run_fingerprint
@@ -266,7 +249,7 @@ def test_a_matching_fingerprint_passes_the_checks(tmp_path, model_path):
     from trinity.launcher.explorer import Explorer
     from trinity.launcher.modes import LaunchInputError
 
-    config, _ = prepare_config(str(write_config(tmp_path, model_path, "same")))
+    config, _ = prepare_config(str(write_config("same")))
     explorer = Explorer(config, monitor=None)
     saved = json.loads(json.dumps(run_fingerprint(config, explorer)))
     assert saved == fingerprint(tmp_path)
