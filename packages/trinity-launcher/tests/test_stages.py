@@ -15,7 +15,7 @@ pytest.importorskip("verl")
 REPO = Path(__file__).resolve().parents[3]
 
 
-def staged_config(tmp_path: Path, model_path: str, **base_over) -> dict:
+def staged_config(tmp_path: Path, model_path: str, both_config, **base_over) -> dict:
     sft_data = tmp_path / "sft.jsonl"
     sft_data.write_text(
         "".join(
@@ -34,6 +34,14 @@ def staged_config(tmp_path: Path, model_path: str, **base_over) -> dict:
     tasks = tmp_path / "tasks.jsonl"
     rows = (REPO / "examples" / "data" / "arithmetic" / "train.jsonl").read_text().splitlines()
     tasks.write_text("\n".join(rows[:4]) + "\n")
+    grpo = both_config(
+        tmp_path,
+        "grpo",
+        tasks,
+        algorithm={"repeat_times": 2},
+        buffer={"batch_size": 2},
+        explorer={"runner_per_model": 2},
+    )
     return {
         "project": "stages",
         "name": "sft-grpo",
@@ -64,28 +72,8 @@ def staged_config(tmp_path: Path, model_path: str, **base_over) -> dict:
             {
                 "stage_name": "grpo",
                 "mode": "both",
-                "algorithm": {
-                    "algorithm_type": "grpo",
-                    "repeat_times": 2,
-                    "optimizer": {"lr": 1e-3},
-                },
-                "buffer": {
-                    "batch_size": 2,
-                    "total_epochs": 1,
-                    "explorer_input": {
-                        "taskset": {
-                            "name": "arithmetic",
-                            "path": str(tasks),
-                            "format": {"prompt_key": "question", "response_key": "answer"},
-                            "default_workflow_type": "arithmetic_workflow",
-                        }
-                    },
-                },
-                "explorer": {
-                    "runner_per_model": 2,
-                    "eval_on_startup": False,
-                    "rollout_model": {"engine_type": "transformers", "dtype": "float32"},
-                },
+                # the mode-both sections the other mode-both tests run (conftest.both_config)
+                **{key: grpo[key] for key in ("algorithm", "buffer", "explorer")},
             },
         ],
     }
@@ -97,8 +85,8 @@ def write(tmp_path: Path, config: dict) -> Path:
     return path
 
 
-def test_staged_config_dry_run_checks_every_stage(tmp_path, model_path, run_cli):
-    config = staged_config(tmp_path, model_path)
+def test_staged_config_dry_run_checks_every_stage(tmp_path, model_path, both_config, run_cli):
+    config = staged_config(tmp_path, model_path, both_config)
     done = run_cli(write(tmp_path, config), "--dry-run")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "stage 1: sft (mode=train, algorithm=sft)" in done.stdout
@@ -115,9 +103,9 @@ def test_staged_config_dry_run_checks_every_stage(tmp_path, model_path, run_cli)
 
 @pytest.mark.slow
 def test_sft_then_grpo_hands_weights_on_and_a_restart_skips_finished_stages(
-    tmp_path, model_path, run_cli
+    tmp_path, model_path, both_config, run_cli
 ):
-    path = write(tmp_path, staged_config(tmp_path, model_path))
+    path = write(tmp_path, staged_config(tmp_path, model_path, both_config))
     done = run_cli(path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "All 2 stages finished" in done.stdout
@@ -145,8 +133,8 @@ def test_sft_then_grpo_hands_weights_on_and_a_restart_skips_finished_stages(
     assert "finished in an earlier run; skipped" in again.stdout + again.stderr
 
 
-def test_stage_record_of_other_stages_is_refused(tmp_path, model_path, run_cli):
-    config = staged_config(tmp_path, model_path)
+def test_stage_record_of_other_stages_is_refused(tmp_path, model_path, both_config, run_cli):
+    config = staged_config(tmp_path, model_path, both_config)
     job = tmp_path / "ckpt" / "stages" / "sft-grpo"
     job.mkdir(parents=True)
     (job / "stages.json").write_text(json.dumps({"completed": [{"stage_name": "warmup"}]}))
