@@ -72,7 +72,11 @@ def train_config(tmp_path: Path, model_path: str, data: str, **over) -> Path:
                 }
             },
         },
-        "trainer": {"save_interval": over.pop("save_interval", 4)},
+        "trainer": {
+            "save_interval": over.pop("save_interval", 4),
+            # trainer ranks (Ray workers when > 1), verl's name
+            "trainer_config": {"trainer": {"n_gpus_per_node": over.pop("ranks", 1)}},
+        },
         "monitor": {"monitor_type": "tensorboard"},
     }
     assert not over, over
@@ -141,6 +145,33 @@ def test_sft_trains_checkpoints_and_exports(tmp_path, model_path):
     again = run_to_end(config)
     assert "Resumed from" in again and "train step" not in again
     assert len(metrics(run)) == 10
+
+
+def test_sft_on_two_trainer_ranks_matches_one(tmp_path, model_path):
+    """The trainer as two Ray worker ranks (gloo) takes the steps one rank takes: the same
+    losses, nearly the same weights (sums over ranks round differently), a checkpoint of
+    two shards."""
+    data = write_jsonl(tmp_path / "sft.jsonl", sft_rows(24, seed=5))
+    one = train_config(tmp_path, model_path, data, name="one", total_epochs=1, save_interval=0)
+    two = train_config(
+        tmp_path, model_path, data, name="two", total_epochs=1, save_interval=0, ranks=2
+    )
+    run_to_end(one)
+    out = run_to_end(two)
+    assert "Trainer: 2 Ray worker rank(s) on cpu" in out
+    got, expected = metrics(job_dir(tmp_path, "two")), metrics(job_dir(tmp_path, "one"))
+    assert [r["step"] for r in got] == [1, 2, 3]
+    for a, b in zip(got, expected, strict=True):
+        assert a["actor/loss"] == pytest.approx(b["actor/loss"], rel=1e-4)
+        assert a["actor/num_tokens"] == b["actor/num_tokens"]
+    actor = job_dir(tmp_path, "two") / "global_step_3" / "actor"
+    assert sorted(p.name for p in actor.glob("model_*.pt")) == [
+        "model_world_size_2_rank_0.pt",
+        "model_world_size_2_rank_1.pt",
+    ]
+    w1, w2 = weights(job_dir(tmp_path, "one"), 3), weights(job_dir(tmp_path, "two"), 3)
+    for key, value in w1.items():
+        assert torch.allclose(w2[key], value, atol=1e-5), key
 
 
 def test_killed_run_resumes_to_the_same_weights(tmp_path, model_path):

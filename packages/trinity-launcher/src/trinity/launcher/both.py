@@ -126,7 +126,10 @@ class Synchronizer:
         else:
             import ray
 
-            state = ray.put(await asyncio.to_thread(self.engine.state_dict))
+            if hasattr(self.engine, "state_dict_ref"):  # trainer ranks are Ray workers
+                state = await asyncio.to_thread(self.engine.state_dict_ref)
+            else:
+                state = ray.put(await asyncio.to_thread(self.engine.state_dict))
             coro = asyncio.gather(
                 *(
                     h.update_weights.remote(state_dict=state, version=version)
@@ -564,14 +567,17 @@ def run_both(config: Config, progress: Any = None) -> dict:
         await explorer.prepare()
         try:
             trainer = await asyncio.to_thread(build_trainer, config)
-            if resume_step is not None:
-                got = await asyncio.to_thread(trainer.resume)
-                if got != resume_step:
-                    raise RuntimeError(
-                        f"expected to resume from global_step_{resume_step}, the trainer "
-                        f"resumed from {got}"
-                    )
-            return await run_both_async(config, explorer, trainer, merger, restored)
+            try:
+                if resume_step is not None:
+                    got = await asyncio.to_thread(trainer.resume)
+                    if got != resume_step:
+                        raise RuntimeError(
+                            f"expected to resume from global_step_{resume_step}, the trainer "
+                            f"resumed from {got}"
+                        )
+                return await run_both_async(config, explorer, trainer, merger, restored)
+            finally:
+                trainer.close()
         finally:
             await explorer.shutdown()
 

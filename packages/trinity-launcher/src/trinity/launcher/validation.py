@@ -55,6 +55,14 @@ def validate_config(
             config.check_and_update()
             check_component_names(config)
             runs = [config]
+        for index, run in enumerate(runs):
+            try:
+                _check_trainer_ranks(run)
+            except ConfigError as exc:
+                if config.stages:
+                    for issue in exc.errors:
+                        issue.path = f"stages[{index}].{issue.path}"
+                raise
     except ConfigError as exc:
         if isinstance(source, Mapping):
             raise
@@ -67,6 +75,20 @@ def validate_config(
         found = ALGORITHM_TYPE.get(run.algorithm.algorithm_type).check_config(run) or []
         warnings += [f"stages[{index}]: {w}" if config.stages else w for w in found]
     return config, warnings
+
+
+def _check_trainer_ranks(config: Config) -> None:
+    """The trainer's rank count must be readable (it decides Ray workers vs the driver)."""
+    from trinity.launcher.trainer.workers import TrainerRanksError, trainer_world_size
+
+    if config.mode not in ("train", "both"):
+        return
+    try:
+        trainer_world_size(config, "cpu")
+    except TrainerRanksError as exc:
+        raise ConfigError(
+            [ConfigIssue(path=exc.field, message=str(exc), value=exc.value, kind="invalid")]
+        ) from None
 
 
 def check_component_names(config: Config) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from typing import Any, Optional
 
 from trinity.buffer.buffer_reader import EndOfStream
 from trinity.common.config import Config
 from trinity.launcher.trainer.data import DatasetExperienceReader, EndOfData, build_trainer_readers
 from trinity.launcher.trainer.trainer import Trainer
+from trinity.launcher.trainer.workers import trainer_world_size
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -41,20 +43,65 @@ def build_trainer(config: Config) -> Trainer:
         rows = 2 * (config.buffer.train_batch_size or config.buffer.batch_size)
         overrides.update(use_dynamic_bsz=False, micro_batch_size=rows)
     settings = VerlEngineSettings.from_config(config, **overrides)
-    engine = VerlTrainEngine(settings)
-    ref_engine = None
-    if "ref_logprob" in TrinityLoss.from_algorithm(algorithm).required_fields():
-        ref_engine = VerlTrainEngine(settings)  # the initial policy, never stepped
-    critic = None
-    if algorithm.use_critic:
-        from trinity.launcher.trainer.critic import VerlCriticEngine
+    needs_ref = "ref_logprob" in TrinityLoss.from_algorithm(algorithm).required_fields()
+    world_size = trainer_world_size(config, settings.resolved_device)
+    if world_size > 1:
+        engine, ref_engine, critic = _remote_engines(
+            config, settings, world_size, needs_ref, algorithm.use_critic, total_steps, schema
+        )
+    else:
+        engine = VerlTrainEngine(settings)
+        ref_engine = VerlTrainEngine(settings) if needs_ref else None  # never stepped
+        critic = None
+        if algorithm.use_critic:
+            from trinity.launcher.trainer.critic import VerlCriticEngine
 
-        critic = VerlCriticEngine.from_config(config, total_training_steps=total_steps or -1)
+            critic = VerlCriticEngine.from_config(config, total_training_steps=total_steps or -1)
     readers = build_trainer_readers(config, schema, engine.tokenizer)
     pad = getattr(engine.tokenizer, "pad_token_id", None)
     return Trainer(
         config, engine, readers, ref_engine=ref_engine, pad_token_id=pad or 0, critic=critic
     )
+
+
+def _remote_engines(
+    config: Config,
+    settings: Any,
+    world_size: int,
+    needs_ref: bool,
+    use_critic: bool,
+    total_steps: Optional[int],
+    schema: str,
+) -> tuple[Any, Any, Any]:
+    """The policy (and reference, critic) engines as ``world_size`` Ray worker ranks."""
+    import ray
+    from verl.utils import hf_tokenizer
+
+    from trinity.launcher.trainer.critic import VerlCriticEngine
+    from trinity.launcher.trainer.verl_engine import VerlTrainEngine
+    from trinity.launcher.trainer.workers import RemoteEngine, TrainerWorkerGroup
+
+    if not ray.is_initialized():
+        raise RuntimeError("trainer Ray workers need Ray: run inside ray_session(config)")
+    builders: dict[str, Any] = {"actor": partial(VerlTrainEngine, settings)}
+    if needs_ref:
+        builders["ref"] = partial(VerlTrainEngine, settings)
+    if use_critic:
+        builders["critic"] = partial(
+            VerlCriticEngine.from_config, config, total_training_steps=total_steps or -1
+        )
+    device = settings.resolved_device
+    group = TrainerWorkerGroup(world_size, builders, device)
+    # verl's loader, as the engines' HFModelConfig uses (a missing pad token becomes EOS)
+    tokenizer = hf_tokenizer(
+        settings.tokenizer_path or settings.model_path,
+        trust_remote_code=settings.trust_remote_code,
+    )
+    unit = 2 if schema == "dpo" else 1  # DPO's [chosen_i, rejected_i] pairs stay on one rank
+    engine = RemoteEngine(group, "actor", tokenizer=tokenizer, row_unit=unit)
+    ref = RemoteEngine(group, "ref", tokenizer=tokenizer, row_unit=unit) if needs_ref else None
+    critic = RemoteEngine(group, "critic", tokenizer=tokenizer) if use_critic else None
+    return engine, ref, critic
 
 
 def _total_steps(config: Config, schema: str) -> Optional[int]:
@@ -71,13 +118,34 @@ def _total_steps(config: Config, schema: str) -> Optional[int]:
 
 
 def run_train(config: Config, monitor: Any = None, progress: Any = None) -> dict[str, float]:
-    """Train until ``buffer.total_steps`` or the end of the data; return the last metrics."""
+    """Train until ``buffer.total_steps`` or the end of the data; return the last metrics.
+
+    With several trainer ranks (:func:`~trinity.launcher.trainer.workers.trainer_world_size`)
+    the engines run as Ray workers, in a Ray session started here unless one is running.
+    """
+    from trinity.launcher.modes import ray_session
+    from trinity.launcher.trainer.verl_compat import default_device
+
+    if trainer_world_size(config, default_device()) > 1:
+        with ray_session(config):
+            return _run_train(config, monitor, progress)
+    return _run_train(config, monitor, progress)
+
+
+def _run_train(config: Config, monitor: Any, progress: Any) -> dict[str, float]:
     from trinity.launcher.monitor import create_monitor
 
     trainer = build_trainer(config)
-    if config.continue_from_checkpoint:
-        trainer.resume()
-    monitor = monitor or create_monitor(config)
+    try:
+        if config.continue_from_checkpoint:
+            trainer.resume()
+        monitor = monitor or create_monitor(config)
+        return _train_loop(config, trainer, monitor, progress)
+    finally:
+        trainer.close()
+
+
+def _train_loop(config: Config, trainer: Trainer, monitor: Any, progress: Any) -> dict[str, float]:
     total = config.buffer.total_steps
     interval = config.trainer.save_interval
     metrics: dict[str, float] = {}

@@ -222,6 +222,13 @@ class Trainer:
         metrics["time/train_step"] = time.perf_counter() - start
         return metrics
 
+    def close(self) -> None:
+        """Release the engines' processes (Ray trainer workers; nothing for in-process ones)."""
+        for engine in (self.engine, self.ref_engine, self.critic):
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
+
     # ------------------------------------------------------------------ checkpoints
     def step_dir(self, step: int) -> str:
         return os.path.join(self.job_dir, f"global_step_{step}")

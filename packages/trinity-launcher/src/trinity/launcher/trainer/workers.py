@@ -1,0 +1,394 @@
+"""The trainer's engines as Ray workers: one actor per data-parallel rank (SPMD).
+
+verl runs its FSDP workers as Ray actors that all execute the same call on their shard of the
+batch; Trinity does the same with its own engines. :class:`TrainerWorkerGroup` starts
+``world_size`` :class:`TrainerWorker` actors (one GPU each on CUDA, no CPU reservation on the
+CPU), gives them a torch process group (``MASTER_ADDR`` is rank 0's node, ``env://``), and
+builds in each the engines of the run -- the policy (``actor``), a reference policy (``ref``)
+and a critic (``critic``) as the algorithm needs them -- so the three share a process and its
+process group as in verl's colocated ``ActorRolloutRefWorker``.
+
+:class:`RemoteEngine` is the driver's handle on one role: it implements the
+:class:`~trinity.launcher.trainer.trainer.TrainEngine` / ``CriticEngine`` protocols the
+:class:`~trinity.launcher.trainer.trainer.Trainer` loop talks to, so the loop, the losses and
+the synchronizer do not know whether the engine is in the driver (one rank) or spread over
+workers. Each call splits the collated batch by rows (:func:`split_rows`: contiguous shards
+whose sizes differ by at most one row, a DPO pair never split), runs the method on every rank
+at once and joins the per-row results in the original order. The engines' metrics are already
+reduced over ranks (global loss denominators, all-reduced sums), so rank 0's are the batch's.
+
+The actors stay thin: no math here; the engines do the collective work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+
+from trinity.common.experience import Experiences
+from trinity.utils.log import get_logger
+
+logger = get_logger(__name__)
+
+__all__ = [
+    "RemoteEngine",
+    "TrainerWorker",
+    "TrainerRanksError",
+    "TrainerWorkerGroup",
+    "split_rows",
+    "trainer_world_size",
+]
+
+
+class TrainerRanksError(ValueError):
+    """A bad trainer-ranks setting; ``field`` is its dotted config path, ``value`` the value."""
+
+    def __init__(self, field: str, value: Any, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+def trainer_world_size(config: Any, device: str) -> int:
+    """How many trainer ranks a run uses.
+
+    * ``trainer.trainer_config.trainer.n_gpus_per_node`` (times ``nnodes``, default 1) -- verl's
+      own names, as in a verl config -- when set; on the CPU these are CPU ranks (gloo);
+    * else, on CUDA, ``cluster.trainer_gpu_num`` (the cluster's GPUs left after the rollout
+      engines, computed from ``cluster.node_num`` and ``cluster.gpu_per_node``) when known;
+    * else 1: the engine runs in the driver process, no worker actors.
+    """
+    verl = (getattr(config.trainer, "trainer_config", None) or {}).get("trainer") or {}
+    where = "trainer.trainer_config.trainer"
+    if verl.get("n_gpus_per_node") is not None:
+        ranks = verl.get("n_gpus_per_node")
+        nodes = verl.get("nnodes", 1)
+        for name, value in (("n_gpus_per_node", ranks), ("nnodes", nodes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TrainerRanksError(
+                    f"{where}.{name}",
+                    value,
+                    f"{where}.{name}={value!r} is invalid; allowed: an integer >= 1 (trainer "
+                    "ranks per node and nodes; CPU ranks on a machine without CUDA)",
+                )
+        return int(ranks) * int(nodes)
+    if device == "cuda" and int(config.cluster.trainer_gpu_num or 0) > 0:
+        return int(config.cluster.trainer_gpu_num)
+    return 1
+
+
+# ------------------------------------------------------------------------------ sharding
+
+
+def _shard_bounds(rows: int, parts: int, unit: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous ``[start, end)`` ranges covering ``rows`` rows in whole ``unit``s,
+    sizes differing by at most one unit."""
+    units = rows // unit
+    base, extra = divmod(units, parts)
+    bounds, start = [], 0
+    for part in range(parts):
+        size = (base + (1 if part < extra else 0)) * unit
+        bounds.append((start, start + size))
+        start += size
+    return bounds
+
+
+def _take(value: Any, start: int, end: int) -> Any:
+    if isinstance(value, Tensor):
+        return value[start:end]
+    if isinstance(value, list):
+        return value[start:end]
+    if isinstance(value, dict):
+        return {k: _take(v, start, end) for k, v in value.items()}
+    return value  # prompt_length, response_length: the padded widths stay the batch's
+
+
+def split_rows(batch: Experiences, parts: int, unit: int = 1) -> list[Experiences]:
+    """``batch`` as ``parts`` contiguous row shards (padded widths ``P``/``R`` unchanged, so
+    ``[b, R]`` results of the shards concatenate into the batch's ``[B, R]``).
+
+    Args:
+        batch: a collated batch of ``B`` rows.
+        parts: the number of shards (data-parallel ranks).
+        unit: rows that must stay together (2 for DPO's ``[chosen_i, rejected_i]`` pairs).
+
+    Raises:
+        ValueError: ``B`` is not a multiple of ``unit``, or there are fewer units than
+            ``parts`` (a rank would get no rows; every rank must take part in each step).
+    """
+    rows = batch.batch_size
+    if rows % unit:
+        raise ValueError(f"a batch of {rows} rows cannot be split into groups of {unit} rows")
+    if rows // unit < parts:
+        what = "rows" if unit == 1 else f"groups of {unit} rows"
+        raise ValueError(
+            f"a batch of {rows // unit} {what} cannot be spread over {parts} trainer ranks "
+            f"(each rank needs at least one); allowed: a train batch of at least {parts * unit} "
+            "rows, or fewer trainer ranks"
+        )
+    out = []
+    for start, end in _shard_bounds(rows, parts, unit):
+        values = {
+            f.name: _take(getattr(batch, f.name), start, end) for f in dataclasses.fields(batch)
+        }
+        out.append(Experiences(**values))
+    return out
+
+
+def _split_fields(
+    fields: Optional[Mapping[str, Tensor]], bounds: Sequence[tuple[int, int]]
+) -> list[Optional[dict[str, Tensor]]]:
+    if fields is None:
+        return [None] * len(bounds)
+    return [{k: v[start:end] for k, v in fields.items()} for start, end in bounds]
+
+
+# ------------------------------------------------------------------------------ the actor
+
+
+class TrainerWorker:
+    """One trainer rank (a Ray actor): holds the engines of its rank by role."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.engines: dict[str, Any] = {}
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a port free on it: rank 0's is the process group's master."""
+        import ray
+
+        from trinity.launcher.trainer.ranks import free_port
+
+        return ray.util.get_node_ip_address(), free_port()
+
+    def setup(
+        self,
+        master_addr: str,
+        master_port: int,
+        builders: Mapping[str, Callable[[], Any]],
+        threads: Optional[int] = None,
+    ) -> None:
+        """Join the process group and build the engines (collective: all ranks at once)."""
+        os.environ.update(
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.world_size),
+            # one GPU per actor on CUDA (Ray sets CUDA_VISIBLE_DEVICES), so the local device
+            # is always 0; unused on the CPU
+            LOCAL_RANK="0",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR=master_addr,
+            MASTER_PORT=str(master_port),
+        )
+        if threads:
+            torch.set_num_threads(threads)
+        for role, build in builders.items():
+            self.engines[role] = build()
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``engines[role].method(*args, **kwargs)``."""
+        return getattr(self.engines[role], method)(*args, **kwargs)
+
+    def call_rank0(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Like :meth:`call` (collective), but only rank 0 returns the result (``None``
+        elsewhere): for full state dicts, which every rank gathers."""
+        result = self.call(role, method, *args, **kwargs)
+        return result if self.rank == 0 else None
+
+
+class TrainerWorkerGroup:
+    """``world_size`` :class:`TrainerWorker` actors sharing one torch process group.
+
+    Args:
+        world_size: trainer ranks.
+        builders: ``role -> zero-argument factory`` of that role's engine, run in every worker
+            (cloudpickled: closures over settings and configs are fine).
+        device: ``"cuda"`` reserves one GPU per worker; ``"cpu"`` reserves nothing (the
+            trainer's ranks then share the machine's cores with the explorer).
+        threads: torch intra-op threads per worker on the CPU (default: cores / world size).
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        builders: Mapping[str, Callable[[], Any]],
+        device: str,
+        threads: Optional[int] = None,
+        env_vars: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        import ray
+
+        if world_size < 1:
+            raise ValueError(f"world_size={world_size} is invalid; allowed: an integer >= 1")
+        self.world_size = world_size
+        self.device = device
+        options: dict[str, Any] = (
+            {"num_gpus": 1, "num_cpus": 0} if device == "cuda" else {"num_cpus": 0}
+        )
+        if env_vars:
+            options["runtime_env"] = {"env_vars": dict(env_vars)}
+        actor_cls = ray.remote(TrainerWorker)
+        self.workers = [
+            actor_cls.options(**options).remote(rank, world_size) for rank in range(world_size)
+        ]
+        if device == "cpu" and threads is None:
+            threads = max(1, (os.cpu_count() or 1) // world_size)
+        try:
+            addr, port = ray.get(self.workers[0].address.remote())
+            ray.get([w.setup.remote(addr, port, dict(builders), threads) for w in self.workers])
+        except BaseException:
+            self.shutdown()
+            raise
+        logger.info(
+            "Trainer: %d Ray worker rank(s) on %s with engines %s",
+            world_size,
+            device,
+            ", ".join(builders),
+        )
+
+    def run(self, role: str, method: str, per_rank_args: Sequence[tuple], **kwargs: Any) -> list:
+        """``method`` on every rank with that rank's positional arguments; the results."""
+        import ray
+
+        refs = [
+            w.call.remote(role, method, *args, **kwargs)
+            for w, args in zip(self.workers, per_rank_args, strict=True)
+        ]
+        return ray.get(refs)
+
+    def run_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list:
+        """``method`` on every rank with the same arguments; the results."""
+        return self.run(role, method, [args] * self.world_size, **kwargs)
+
+    def rank0_ref(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run ``method`` on every rank and return rank 0's result as a Ray object reference
+        (after every rank has finished), e.g. a full state dict handed on to rollout engines
+        without passing through the driver."""
+        import ray
+
+        refs = [w.call_rank0.remote(role, method, *args, **kwargs) for w in self.workers]
+        ray.wait(refs, num_returns=len(refs))
+        ray.get(refs[1:])  # raise a rank's error
+        return refs[0]
+
+    def shutdown(self) -> None:
+        import ray
+
+        for worker in getattr(self, "workers", []):
+            try:
+                ray.kill(worker)
+            except Exception:  # already gone
+                pass
+        self.workers = []
+
+
+class RemoteEngine:
+    """The driver's handle on the ``role`` engine of a :class:`TrainerWorkerGroup`.
+
+    Implements what :class:`~trinity.launcher.trainer.trainer.Trainer` needs of a policy,
+    reference or critic engine; batches are split over the ranks by rows (``row_unit`` rows
+    stay together: 2 for DPO) and per-row results joined back in order.
+    """
+
+    def __init__(
+        self,
+        group: TrainerWorkerGroup,
+        role: str,
+        tokenizer: Any = None,
+        row_unit: int = 1,
+    ) -> None:
+        self.group = group
+        self.role = role
+        self.tokenizer = tokenizer
+        self.row_unit = row_unit
+        self.global_step = 0
+
+    @property
+    def dp_size(self) -> int:
+        return self.group.world_size
+
+    def _shards(self, batch: Experiences) -> tuple[list[Experiences], list[tuple[int, int]]]:
+        bounds = _shard_bounds(batch.batch_size, self.dp_size, self.row_unit)
+        return split_rows(batch, self.dp_size, self.row_unit), bounds
+
+    # ------------------------------------------------------------------ policy / reference
+    def compute_logprobs(
+        self, batch: Experiences, temperature: float = 1.0, return_entropy: bool = False
+    ) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        shards, _ = self._shards(batch)
+        results = self.group.run(
+            self.role,
+            "compute_logprobs",
+            [(s, temperature, return_entropy) for s in shards],
+        )
+        if return_entropy:
+            return torch.cat([r[0] for r in results]), torch.cat([r[1] for r in results])
+        return torch.cat(results)
+
+    def train_step(
+        self,
+        batch: Experiences,
+        loss: Any,
+        temperature: float = 1.0,
+        extra: Optional[Mapping[str, Tensor]] = None,
+    ) -> dict[str, float]:
+        shards, bounds = self._shards(batch)
+        extras = _split_fields(extra, bounds)
+        results = self.group.run(
+            self.role,
+            "train_step",
+            [(s, loss, temperature, e) for s, e in zip(shards, extras, strict=True)],
+        )
+        self.global_step += 1
+        return results[0]
+
+    # ------------------------------------------------------------------ critic
+    def compute_values(self, batch: Experiences) -> Tensor:
+        shards, _ = self._shards(batch)
+        return torch.cat(self.group.run(self.role, "compute_values", [(s,) for s in shards]))
+
+    def update(
+        self, batch: Experiences, values: Tensor, returns: Optional[Tensor] = None
+    ) -> dict[str, float]:
+        shards, bounds = self._shards(batch)
+        values_parts = [values[a:b] for a, b in bounds]
+        returns_parts = [None if returns is None else returns[a:b] for a, b in bounds]
+        results = self.group.run(
+            self.role,
+            "update",
+            [(s, v, r) for s, v, r in zip(shards, values_parts, returns_parts, strict=True)],
+        )
+        self.global_step += 1
+        return results[0]
+
+    # ------------------------------------------------------------------ weights, checkpoints
+    def state_dict(self) -> dict[str, Tensor]:
+        import ray
+
+        return ray.get(self.state_dict_ref())
+
+    def state_dict_ref(self) -> Any:
+        """Rank 0's full state dict as a Ray object reference (see
+        :meth:`TrainerWorkerGroup.rank0_ref`): the synchronizer hands it to the rollout
+        engines directly."""
+        return self.group.rank0_ref(self.role, "state_dict")
+
+    def save_hf(self, directory: Any, dtype: Optional[torch.dtype] = None) -> Any:
+        return self.group.run_all(self.role, "save_hf", str(directory), dtype)[0]
+
+    def save_checkpoint(self, directory: Any, step: Optional[int] = None) -> Any:
+        return self.group.run_all(self.role, "save_checkpoint", str(directory), step)[0]
+
+    def load_checkpoint(self, directory: Any) -> int:
+        steps = self.group.run_all(self.role, "load_checkpoint", str(directory))
+        self.global_step = int(steps[0])
+        return self.global_step
+
+    def close(self) -> None:
+        """Stop the workers (every role's: they share them)."""
+        self.group.shutdown()
