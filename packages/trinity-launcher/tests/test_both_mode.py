@@ -40,11 +40,18 @@ def run_both(tmp_path, both_config, run_cli):
     tasks x 2 epochs, 4 per step (the run ends when the task set does: the explorer closes its
     writer, the trainer drains the queue and stops)."""
 
-    def run(name: str, expect_ok: bool = True, **sync):
+    def run(name: str, expect_ok: bool = True, algorithm: dict | None = None, **sync):
         tasks = tmp_path / "tasks.jsonl"
         rows = (REPO / "examples" / "data" / "arithmetic" / "train.jsonl").read_text().splitlines()
         tasks.write_text("\n".join(rows[:8]) + "\n")
-        config = both_config(tmp_path, name, tasks, buffer={"total_epochs": 2}, synchronizer=sync)
+        config = both_config(
+            tmp_path,
+            name,
+            tasks,
+            buffer={"total_epochs": 2},
+            synchronizer=sync,
+            algorithm=algorithm or {},
+        )
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
         done = run_cli(path)
@@ -117,6 +124,37 @@ def test_dynamic_sync_styles(run_both, style):
         asked = [r for r in rows if "sync/version" in r]
         assert [r["step"] for r in asked] == [3]
         assert asked[0]["sync/version"] == versions[2] == versions[3]
+
+
+@pytest.mark.slow
+def test_staleness_control_bounds_what_the_trainer_takes(run_both):
+    """sync_interval 2 + sync_offset 1 lets explore step 3 run on version 0 while the trainer
+    is at version 2 (staleness 2). With ``staleness_control`` and ``max_staleness: 1`` the
+    trainer drops that whole batch and trains on the next one (version 2) instead: no trained
+    experience is more than one version old, and the dropped batch is counted."""
+    rows, _ = run_both(
+        "staleness",
+        sync_method="memory",
+        sync_interval=2,
+        sync_offset=1,
+        algorithm={
+            "sample_strategy": "staleness_control",
+            "sample_strategy_args": {"max_staleness": 1},
+        },
+    )
+    # 4 explore steps; their versions follow the fixed schedule
+    explored = {
+        int(r["step"]): r["rollout/model_version"] for r in rows if "rollout/model_version" in r
+    }
+    assert (
+        explored == {e: required_version(e, 2, 1) for e in range(1, 5)} == {1: 0, 2: 0, 3: 0, 4: 2}
+    )
+    trained = [r for r in rows if "actor/loss" in r]
+    assert [r["step"] for r in trained] == [1, 2, 3]  # batch 3 was dropped, batch 4 trained
+    assert [r["sample/stale_dropped"] for r in trained] == [0, 0, 16]
+    assert [r["sample/staleness/max"] for r in trained] == [0, 1, 0]
+    assert [r["sample/model_version/max"] for r in trained] == [0, 0, 2]
+    assert all(r["batch/size"] == 16 for r in trained)
 
 
 def test_a_checkpoint_mode_both_cannot_resume_from_is_refused_plainly(tmp_path, run_both):
