@@ -34,6 +34,41 @@ def test_required_version(interval, offset, expected):
     assert got == expected
 
 
+def test_step_merger_holds_a_step_until_its_evaluation_is_logged():
+    """The trainer may finish step 2 while step 2's evaluation still runs: the step's record
+    waits, so the file gets one record per step, eval metrics included."""
+    from trinity.launcher.both import StepMerger
+
+    class Sink:
+        def __init__(self):
+            self.records = []
+
+        def log(self, metrics, step):
+            self.records.append((step, dict(metrics)))
+
+    sink = Sink()
+    merger = StepMerger(sink)
+    merger.log({"rollout/reward": 0.1}, 1)
+    merger.log({"actor/loss": 1.0}, 1)
+    merger.flush(1)
+    merger.log({"rollout/reward": 0.2}, 2)
+    merger.hold = 2  # the explorer evaluates at step 2
+    merger.log({"actor/loss": 0.9}, 2)
+    merger.flush(2)  # the trainer is done with step 2 first
+    assert [step for step, _ in sink.records] == [1]
+    merger.log({"eval/x/accuracy": 0.5}, 2)
+    merger.hold = None
+    merger.flush(2)
+    assert sink.records[1] == (
+        2,
+        {"rollout/reward": 0.2, "actor/loss": 0.9, "eval/x/accuracy": 0.5},
+    )
+    merger.log({"rollout/reward": 0.3}, 3)
+    merger.hold = 3
+    merger.flush()  # the end of the run writes everything
+    assert [step for step, _ in sink.records] == [1, 2, 3]
+
+
 @pytest.fixture
 def run_both(tmp_path, both_config, run_cli):
     """``run(name, **synchronizer) -> (metrics rows, run dir)``: mode both through the CLI on 8

@@ -1,7 +1,7 @@
 """``mode: both``: the explorer and the trainer run concurrently; a synchronizer moves weights.
 
 One driver process holds both (the explorer's engines and workflow runners are Ray actors; the
-trainer's engine is in the driver). They meet in ``buffer.trainer_input.experience_buffer``
+trainer's engine is in the driver, or its ranks are Ray workers, see ``trainer/workers.py``). They meet in ``buffer.trainer_input.experience_buffer``
 (a Ray queue), and the weights travel back to the rollout engines every
 ``synchronizer.sync_interval`` train steps:
 
@@ -82,11 +82,19 @@ class StepMerger:
     def __init__(self, sink: Any) -> None:
         self.sink = sink
         self.pending: dict[int, dict[str, Any]] = {}
+        #: the step of an evaluation in progress: its record (and later ones) wait for it, so
+        #: a step's eval metrics land in that step's one record even when the trainer finishes
+        #: the step first
+        self.hold: Optional[int] = None
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         self.pending.setdefault(int(step), {}).update(metrics)
 
     def flush(self, up_to: Optional[int] = None) -> None:
+        """Write the records of steps up to ``up_to`` (all with ``None``, e.g. at the end of
+        the run); with ``up_to``, none from the held step on."""
+        if up_to is not None and self.hold is not None:
+            up_to = min(up_to, self.hold - 1)
         for step in sorted(self.pending):
             if up_to is not None and step > up_to:
                 break
@@ -325,10 +333,13 @@ async def run_both_async(
         """The explorer's side at train step ``step``, taken on the event loop between two
         explorer statements, so the position and the ledger agree."""
         pending: dict[int, dict[str, Any]] = {}
-        for source in (explorer.unlogged, merger.pending):  # explorer metrics not yet in the file
-            for s, metrics in source.items():
-                if s > step:
-                    pending.setdefault(s, {}).update(_json_scalars(metrics))
+        # metrics not yet in the file: the explorer's of later steps, and every record the
+        # merger still holds (an evaluation in progress holds back records up to this step)
+        for s, metrics in explorer.unlogged.items():
+            if s > step:
+                pending.setdefault(s, {}).update(_json_scalars(metrics))
+        for s, metrics in merger.pending.items():
+            pending.setdefault(s, {}).update(_json_scalars(metrics))
         snapshot["state"] = {
             "version": _EXPLORER_STATE_VERSION,
             "trainer_step": step,
@@ -406,6 +417,15 @@ async def run_both_async(
                 state["request"] = None
                 changed.notify_all()
 
+    async def evaluate() -> None:
+        """Evaluate at the explorer's step, holding that step's record until it is done."""
+        merger.hold = explorer.step
+        try:
+            await explorer.eval()
+        finally:
+            merger.hold = None
+            merger.flush(state["trained"])
+
     async def explore_loop() -> None:
         try:
             if restored:  # explored before the checkpoint, not trained: first in the queue
@@ -415,7 +435,7 @@ async def run_both_async(
                 explorer.progress.total_steps = explorer.total_steps
                 explorer.progress.start(completed=explorer.step)
             if explorer.eval_readers and config.explorer.eval_on_startup and explorer.step == 0:
-                await explorer.eval()
+                await evaluate()
             synced_at = explorer.step
             while True:
                 need = required_version(explorer.step + 1, interval, offset)
@@ -437,7 +457,7 @@ async def run_both_async(
                 if not await explorer.explore_step():
                     break
                 if explorer.eval_readers and explorer.step % eval_interval == 0:
-                    await explorer.eval()
+                    await evaluate()
         finally:
             state["explorer_done"] = True
             if explorer.pipeline is not None:  # the trainer's reader drains, then sees the end

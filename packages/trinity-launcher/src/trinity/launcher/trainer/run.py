@@ -1,6 +1,7 @@
 """``mode: train``: train from a data set or buffer with no explorer (SFT, DPO, off-policy RL).
 
-One trainer process (world size 1, gloo on CPU / NCCL on one GPU). The run resumes from the
+One rank runs in this process (gloo on CPU / NCCL on one GPU); several ranks run as Ray
+workers (:mod:`trinity.launcher.trainer.workers`). The run resumes from the
 last complete checkpoint of its directory when ``continue_from_checkpoint`` is true (the
 default), so a killed run restarted with the same command continues where it stopped: step
 counter, optimizer and lr schedule, and the data set position.
