@@ -205,3 +205,80 @@ def test_a_bad_rank_count_is_a_located_config_error(tmp_path):
     assert issue.path == "trainer.trainer_config.trainer.n_gpus_per_node"
     assert issue.value == -1
     assert "allowed: an integer >= 1" in issue.message
+
+
+@pytest.mark.slow
+def test_collective_weight_sync_reaches_the_engine(ray_cluster, model_path, one_thread):
+    """``sync_method: nccl``'s path, here over gloo: the trainer's rank 0 broadcasts its weights
+    to a rollout engine actor over a group of their own, which then scores exactly like the
+    trainer's weights -- from an in-process engine (twice: the group is reused) and from the
+    rank-0 worker of a two-rank trainer."""
+    pytest.importorskip("verl")
+    import asyncio
+    from types import SimpleNamespace
+
+    import ray
+    from transformers import AutoModelForCausalLM
+
+    from trinity.algorithm.resolve import resolve_algorithm
+    from trinity.launcher.both import Synchronizer
+    from trinity.launcher.engines import EngineSettings, create_engine_actor
+    from trinity.launcher.trainer.verl_engine import (
+        TrinityLoss,
+        VerlEngineSettings,
+        VerlTrainEngine,
+    )
+    from trinity.launcher.trainer.workers import RemoteEngine, TrainerWorkerGroup
+
+    handle = create_engine_actor(
+        EngineSettings(model_path=model_path, engine_type="transformers", dtype="float32")
+    )
+    ray.get(handle.ready.remote())
+    config = Config.model_validate(
+        {
+            "mode": "both",
+            "model": {"model_path": model_path},
+            "synchronizer": {"sync_method": "nccl"},
+        }
+    )
+    assert config.synchronizer.sync_method == "nccl"  # not checked: the CPU downgrade is skipped
+    explorer = SimpleNamespace(rollout_engines=[handle])
+    vocab = json.loads((Path(model_path) / "config.json").read_text())["vocab_size"]
+    batch = collate_experiences(_experiences(4, vocab=vocab))
+    loss = TrinityLoss.from_algorithm(
+        resolve_algorithm({"algorithm_type": "grpo", "kl_loss_fn": "none"})
+    )
+    settings = VerlEngineSettings(model_path=model_path, device="cpu", dtype="float32", lr=1e-2)
+    tokens = list(range(3, 40))
+
+    def scored_like(state: dict) -> None:
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+        model.load_state_dict(state)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([tokens])).logits[0, :-1]
+        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+        got = ray.get(handle.logprobs.remote(tokens))
+        assert torch.allclose(torch.as_tensor(got), expected, atol=1e-5)
+
+    before = ray.get(handle.logprobs.remote(tokens))
+    local = VerlTrainEngine(settings)
+    sync = Synchronizer(config, explorer, local, backend="gloo")
+    for version in (1, 2):
+        local.train_step(batch, loss)
+        asyncio.run(sync.push(version))
+        assert ray.get(handle.get_model_version.remote()) == version
+        scored_like(local.state_dict())
+    assert not torch.allclose(
+        torch.as_tensor(before), torch.as_tensor(ray.get(handle.logprobs.remote(tokens)))
+    )
+
+    group = TrainerWorkerGroup(2, {"actor": partial(VerlTrainEngine, settings)}, "cpu", threads=1)
+    try:
+        remote = RemoteEngine(group, "actor")
+        remote.train_step(batch, loss)
+        asyncio.run(Synchronizer(config, explorer, remote, backend="gloo").push(7))
+        assert ray.get(handle.get_model_version.remote()) == 7
+        scored_like(remote.state_dict())
+    finally:
+        group.shutdown()
+        ray.kill(handle)

@@ -8,8 +8,9 @@ trainer's engine is in the driver, or its ranks are Ray workers, see ``trainer/w
 * ``sync_method: memory`` -- the trainer's full state dict through Ray's object store;
 * ``sync_method: checkpoint`` -- Hugging Face weights written to
   ``global_step_N/actor/huggingface`` and loaded by the engines from there (``nccl`` falls back
-  to this on machines without CUDA, as the config check says; on CUDA this release sends the
-  state dict through Ray as well, see docs/architecture.md).
+  to this on machines without CUDA, as the config check says);
+* ``sync_method: nccl`` -- a broadcast from the trainer's rank 0 to the engines over a
+  collective group of their own (``weight_sync.py``).
 
 Schedule (``sync_style: fixed``): explore step ``e`` runs with the weights of train step
 ``need(e) = max(0, floor((e - 1 - sync_offset) / sync_interval) * sync_interval)``, so with
@@ -105,23 +106,34 @@ class StepMerger:
 
 
 class Synchronizer:
-    """Moves the trainer's weights into every rollout engine as model version ``N``."""
+    """Moves the trainer's weights into every rollout engine as model version ``N``.
 
-    def __init__(self, config: Config, explorer: Any, engine: Any) -> None:
+    ``memory``: the full state dict through Ray's object store (from the trainer's rank-0
+    worker straight to the engines when the trainer has Ray workers); ``checkpoint``: HF
+    weights written by the trainer, read by the engines; ``nccl``: a broadcast over a
+    collective group of the trainer's rank 0 and the engines (:mod:`trinity.launcher.weight_sync`;
+    NCCL on CUDA, gloo where ``backend`` says so -- the tests).
+    """
+
+    def __init__(
+        self, config: Config, explorer: Any, engine: Any, backend: Optional[str] = None
+    ) -> None:
         self.config = config
         self.explorer = explorer
         self.engine = engine
         self.method = config.synchronizer.sync_method
         self.timeout = float(config.synchronizer.sync_timeout)
-        if self.method == "nccl":
-            logger.warning(
-                "synchronizer.sync_method 'nccl' sends the state dict through Ray's object "
-                "store in this release (same result, slower on large models)"
-            )
+        if backend is None:
+            import torch
+
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        self.backend = backend
+        self._group: Any = None
 
     async def push(self, version: int) -> float:
         """Synchronise version ``version``; returns the seconds it took."""
         start = time.perf_counter()
+        handles = list(self.explorer.rollout_engines or [])
         if self.method == "checkpoint":
             path = os.path.join(
                 self.config.checkpoint_job_dir,
@@ -130,7 +142,23 @@ class Synchronizer:
                 "huggingface",
             )
             await asyncio.to_thread(self.engine.save_hf, path)
-            coro = self.explorer.load_weights(path, version)
+            await asyncio.wait_for(self.explorer.load_weights(path, version), self.timeout)
+        elif self.method == "nccl":
+            from trinity.launcher.weight_sync import WeightGroupSpec, broadcast_to_engines
+
+            if self._group is None:
+                host, port = await asyncio.to_thread(self.engine.weight_sync_address)
+                self._group = WeightGroupSpec(
+                    host, port, 1 + len(handles), self.backend, timeout_s=self.timeout
+                )
+                logger.info(
+                    "Weight sync: %s group of the trainer and %d rollout engine(s) at %s:%d",
+                    self.backend,
+                    len(handles),
+                    host,
+                    port,
+                )
+            await broadcast_to_engines(self.engine, handles, self._group, version, self.timeout)
         else:
             import ray
 
@@ -138,13 +166,12 @@ class Synchronizer:
                 state = await asyncio.to_thread(self.engine.state_dict_ref)
             else:
                 state = ray.put(await asyncio.to_thread(self.engine.state_dict))
-            coro = asyncio.gather(
-                *(
-                    h.update_weights.remote(state_dict=state, version=version)
-                    for h in self.explorer.rollout_engines or []
-                )
+            await asyncio.wait_for(
+                asyncio.gather(
+                    *(h.update_weights.remote(state_dict=state, version=version) for h in handles)
+                ),
+                timeout=self.timeout,
             )
-        await asyncio.wait_for(coro, timeout=self.timeout)
         return time.perf_counter() - start
 
 

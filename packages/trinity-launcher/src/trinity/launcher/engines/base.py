@@ -299,6 +299,18 @@ class BaseRolloutEngine:
         )
         return self.model_version
 
+    async def receive_weights(self, spec: Any, rank: int, version: Optional[int] = None) -> int:
+        """Take part in a weight broadcast as rank ``rank`` of the group ``spec`` (a
+        :class:`~trinity.launcher.weight_sync.WeightGroupSpec`: ``sync_method: nccl``), then
+        load the weights as :meth:`update_weights` does. Joins the group on the first call."""
+        from trinity.launcher.weight_sync import WeightReceiver
+
+        receiver = getattr(self, "_weight_receiver", None)
+        if receiver is None:
+            receiver = self._weight_receiver = WeightReceiver()
+        weights = await asyncio.to_thread(receiver.receive, spec, rank)
+        return await self.update_weights(weights, version=version)
+
     async def _load_weights(self, weights: dict[str, Tensor]) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot load new weights")
 

@@ -971,6 +971,35 @@ class VerlTrainEngine:
         for name, tensor in params:
             yield name, tensor.detach()
 
+    def weight_sync_address(self) -> tuple[str, int]:
+        """Host and a free port of this process's node: where rank 0 hosts the weight group."""
+        from trinity.launcher.trainer.ranks import free_port
+
+        try:
+            import ray
+
+            host = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+        except ImportError:
+            host = "127.0.0.1"
+        return host, free_port()
+
+    def broadcast_weights(self, spec: Any) -> int:
+        """Send the full weights to the rollout engines over the weight group ``spec``
+        (:mod:`trinity.launcher.weight_sync`; ``sync_method: nccl``). Collective over the
+        trainer's ranks (each gathers every full tensor); rank 0 broadcasts them one at a
+        time. Returns the number of tensors sent (0 on other ranks)."""
+        from trinity.launcher.weight_sync import WeightSender
+
+        items = self.iter_state_dict()
+        if self.rank != 0:
+            for _ in items:
+                pass
+            return 0
+        sender = getattr(self, "_weight_sender", None)
+        if sender is None:
+            sender = self._weight_sender = WeightSender()
+        return sender.send(spec, items)
+
     def state_dict(self) -> dict[str, Tensor]:
         """The full, unsharded weights: HF parameter names, CPU tensors (copies), fp32.
 

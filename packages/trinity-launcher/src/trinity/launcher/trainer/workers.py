@@ -378,6 +378,17 @@ class RemoteEngine:
         engines directly."""
         return self.group.rank0_ref(self.role, "state_dict")
 
+    def weight_sync_address(self) -> tuple[str, int]:
+        """Rank 0's node and a free port there (rank 0 hosts the weight-sync group)."""
+        import ray
+
+        return tuple(ray.get(self.group.workers[0].address.remote()))  # type: ignore[return-value]
+
+    def broadcast_weights(self, spec: Any) -> int:
+        """Rank 0 broadcasts the weights to the rollout engines (see
+        :meth:`VerlTrainEngine.broadcast_weights`); every rank gathers."""
+        return int(self.group.run_all(self.role, "broadcast_weights", spec)[0])
+
     def save_hf(self, directory: Any, dtype: Optional[torch.dtype] = None) -> Any:
         return self.group.run_all(self.role, "save_hf", str(directory), dtype)[0]
 
