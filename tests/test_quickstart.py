@@ -66,6 +66,9 @@ def test_quickstart_learns_addition(tmp_path):
 
     run = tmp_path / "checkpoints" / "trinity-quickstart" / "cpu" / "grpo-arithmetic"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # one record per step (eval metrics in their step's record), startup eval at step 0
+    assert [r["step"] for r in rows] == list(range(151))
+    assert all("eval/arithmetic-greedy/accuracy/mean@1" in r for r in rows[::25]), rows[0]
     rewards = [r["batch/reward/mean"] for r in rows if "batch/reward/mean" in r]
     assert len(rewards) == 150
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
