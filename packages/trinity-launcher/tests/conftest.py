@@ -71,6 +71,24 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 @pytest.fixture
+def arithmetic_tasks():
+    """``write(tmp_path, n) -> Path``: the first ``n`` problems of the quickstart's arithmetic
+    task file, as ``tmp_path/tasks.jsonl``."""
+    from pathlib import Path
+
+    source = (
+        Path(__file__).resolve().parents[3] / "examples" / "data" / "arithmetic" / "train.jsonl"
+    )
+
+    def write(tmp_path, n: int):
+        tasks = tmp_path / "tasks.jsonl"
+        tasks.write_text("\n".join(source.read_text().splitlines()[:n]) + "\n")
+        return tasks
+
+    return write
+
+
+@pytest.fixture
 def both_config(model_path):
     """``build(tmp_path, name, tasks, **sections) -> dict``: the tests' mode-``both`` config --
     GRPO on an arithmetic task file with the transformers engine in a Ray actor and verl on CPU

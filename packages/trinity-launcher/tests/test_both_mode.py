@@ -6,7 +6,6 @@ weights synchronised through memory or checkpoints every ``sync_interval`` steps
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,8 +14,6 @@ pytest.importorskip("verl")
 pytest.importorskip("ray")
 
 from trinity.launcher.both import required_version  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(
@@ -70,15 +67,13 @@ def test_step_merger_holds_a_step_until_its_evaluation_is_logged():
 
 
 @pytest.fixture
-def run_both(tmp_path, both_config, run_cli):
+def run_both(tmp_path, both_config, run_cli, arithmetic_tasks):
     """``run(name, **synchronizer) -> (metrics rows, run dir)``: mode both through the CLI on 8
     tasks x 2 epochs, 4 per step (the run ends when the task set does: the explorer closes its
     writer, the trainer drains the queue and stops)."""
 
     def run(name: str, expect_ok: bool = True, algorithm: dict | None = None, **sync):
-        tasks = tmp_path / "tasks.jsonl"
-        rows = (REPO / "examples" / "data" / "arithmetic" / "train.jsonl").read_text().splitlines()
-        tasks.write_text("\n".join(rows[:8]) + "\n")
+        tasks = arithmetic_tasks(tmp_path, 8)
         config = both_config(
             tmp_path,
             name,

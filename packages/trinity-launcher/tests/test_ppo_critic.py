@@ -31,7 +31,6 @@ from trinity.launcher.trainer.critic import VerlCriticEngine
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-REPO = Path(__file__).resolve().parents[3]
 # (prompt length, response length, environment-token positions masked out of action_mask)
 SHAPES = [(3, 5, [2]), (6, 2, []), (4, 7, [1, 5]), (2, 1, []), (5, 4, [])]
 
@@ -276,10 +275,8 @@ def test_critic_warmup_holds_the_actor(tmp_path, model_path):
 
 
 @pytest.mark.slow
-def test_ppo_mode_both_trains_the_critic(tmp_path, both_config, run_cli):
-    tasks = tmp_path / "tasks.jsonl"
-    rows = (REPO / "examples" / "data" / "arithmetic" / "train.jsonl").read_text().splitlines()
-    tasks.write_text("\n".join(rows[:6]) + "\n")
+def test_ppo_mode_both_trains_the_critic(tmp_path, both_config, run_cli, arithmetic_tasks):
+    tasks = arithmetic_tasks(tmp_path, 6)
     config = both_config(
         tmp_path,
         "critic",

@@ -12,10 +12,10 @@ import yaml
 
 pytest.importorskip("verl")
 
-REPO = Path(__file__).resolve().parents[3]
 
-
-def staged_config(tmp_path: Path, model_path: str, both_config, **base_over) -> dict:
+def staged_config(
+    tmp_path: Path, model_path: str, both_config, arithmetic_tasks, **base_over
+) -> dict:
     sft_data = tmp_path / "sft.jsonl"
     sft_data.write_text(
         "".join(
@@ -31,9 +31,7 @@ def staged_config(tmp_path: Path, model_path: str, both_config, **base_over) -> 
             for i in range(16)
         )
     )
-    tasks = tmp_path / "tasks.jsonl"
-    rows = (REPO / "examples" / "data" / "arithmetic" / "train.jsonl").read_text().splitlines()
-    tasks.write_text("\n".join(rows[:4]) + "\n")
+    tasks = arithmetic_tasks(tmp_path, 4)
     grpo = both_config(
         tmp_path,
         "grpo",
@@ -85,8 +83,10 @@ def write(tmp_path: Path, config: dict) -> Path:
     return path
 
 
-def test_staged_config_dry_run_checks_every_stage(tmp_path, model_path, both_config, run_cli):
-    config = staged_config(tmp_path, model_path, both_config)
+def test_staged_config_dry_run_checks_every_stage(
+    tmp_path, model_path, both_config, run_cli, arithmetic_tasks
+):
+    config = staged_config(tmp_path, model_path, both_config, arithmetic_tasks)
     done = run_cli(write(tmp_path, config), "--dry-run")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "stage 1: sft (mode=train, algorithm=sft)" in done.stdout
@@ -103,9 +103,9 @@ def test_staged_config_dry_run_checks_every_stage(tmp_path, model_path, both_con
 
 @pytest.mark.slow
 def test_sft_then_grpo_hands_weights_on_and_a_restart_skips_finished_stages(
-    tmp_path, model_path, both_config, run_cli
+    tmp_path, model_path, both_config, run_cli, arithmetic_tasks
 ):
-    path = write(tmp_path, staged_config(tmp_path, model_path, both_config))
+    path = write(tmp_path, staged_config(tmp_path, model_path, both_config, arithmetic_tasks))
     done = run_cli(path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "All 2 stages finished" in done.stdout
@@ -133,8 +133,10 @@ def test_sft_then_grpo_hands_weights_on_and_a_restart_skips_finished_stages(
     assert "finished in an earlier run; skipped" in again.stdout + again.stderr
 
 
-def test_stage_record_of_other_stages_is_refused(tmp_path, model_path, both_config, run_cli):
-    config = staged_config(tmp_path, model_path, both_config)
+def test_stage_record_of_other_stages_is_refused(
+    tmp_path, model_path, both_config, run_cli, arithmetic_tasks
+):
+    config = staged_config(tmp_path, model_path, both_config, arithmetic_tasks)
     job = tmp_path / "ckpt" / "stages" / "sft-grpo"
     job.mkdir(parents=True)
     (job / "stages.json").write_text(json.dumps({"completed": [{"stage_name": "warmup"}]}))

@@ -19,8 +19,6 @@ from trinity.common.config import Config
 from trinity.common.experience import EID, Experience, collate_experiences
 from trinity.launcher.trainer.workers import split_rows, trainer_world_size
 
-REPO = Path(__file__).resolve().parents[3]
-
 
 def _experiences(n: int, vocab: int = 50, seed: int = 0) -> list[Experience]:
     g = torch.Generator().manual_seed(seed)
@@ -147,12 +145,10 @@ def test_two_ray_worker_ranks_equal_one_in_process_engine(ray_cluster, model_pat
 
 
 @pytest.mark.slow
-def test_mode_both_with_two_trainer_ranks(tmp_path, both_config, run_cli):
+def test_mode_both_with_two_trainer_ranks(tmp_path, both_config, run_cli, arithmetic_tasks):
     """Mode both through the CLI with the trainer on two Ray worker ranks: it trains and
     synchronises every step, and its checkpoint holds one shard per rank."""
-    tasks = tmp_path / "tasks.jsonl"
-    rows = (REPO / "examples" / "data" / "arithmetic" / "train.jsonl").read_text().splitlines()
-    tasks.write_text("\n".join(rows[:8]) + "\n")
+    tasks = arithmetic_tasks(tmp_path, 8)
     config = both_config(
         tmp_path,
         "two-ranks",
