@@ -278,3 +278,41 @@ def test_collective_weight_sync_reaches_the_engine(ray_cluster, model_path, one_
     finally:
         group.shutdown()
         ray.kill(handle)
+
+
+def test_nccl_falls_back_to_memory_where_the_trainer_and_an_engine_share_a_gpu():
+    """NCCL cannot put two ranks of one group on one GPU (one GPU for everything): the
+    synchronizer sees the placements and sends through the object store instead."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from trinity.launcher.both import Synchronizer
+    from trinity.launcher.weight_sync import shared_gpus
+
+    assert shared_gpus(("n1", ["0"]), [("n1", ["1"]), ("n1", ["0"]), ("n2", ["0"])]) == [1]
+    assert shared_gpus(("n1", []), [("n1", [])]) == []  # CPU: nothing shared
+
+    class Method:
+        def __init__(self, fn):
+            self.remote = fn
+
+    received = []
+
+    async def placement():
+        return ("n1", ["0"])
+
+    async def update(state_dict, version):
+        received.append((state_dict, version))
+        return version
+
+    handle = SimpleNamespace(gpu_placement=Method(placement), update_weights=Method(update))
+    trainer = SimpleNamespace(
+        gpu_placement=lambda: ("n1", ["0"]), state_dict_ref=lambda: {"w": torch.ones(1)}
+    )
+    config = Config.model_validate(
+        {"mode": "both", "model": {"model_path": "m"}, "synchronizer": {"sync_method": "nccl"}}
+    )
+    sync = Synchronizer(config, SimpleNamespace(rollout_engines=[handle]), trainer, backend="nccl")
+    asyncio.run(sync.push(3))
+    assert sync.method == "memory"
+    assert received == [({"w": torch.ones(1)}, 3)]

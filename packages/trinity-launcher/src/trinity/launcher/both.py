@@ -143,6 +143,9 @@ class Synchronizer:
             )
             await asyncio.to_thread(self.engine.save_hf, path)
             await asyncio.wait_for(self.explorer.load_weights(path, version), self.timeout)
+        elif self.method == "nccl" and not await self._nccl_possible(handles):
+            self.method = "memory"
+            return await self.push(version)
         elif self.method == "nccl":
             from trinity.launcher.weight_sync import WeightGroupSpec, broadcast_to_engines
 
@@ -173,6 +176,27 @@ class Synchronizer:
                 timeout=self.timeout,
             )
         return time.perf_counter() - start
+
+    async def _nccl_possible(self, handles: list[Any]) -> bool:
+        """NCCL needs the trainer's rank 0 and every engine on different GPUs; where one shares
+        a GPU (one GPU for everything), fall back to ``memory`` with a warning."""
+        if self.backend != "nccl" or self._group is not None:
+            return True
+        from trinity.launcher.weight_sync import shared_gpus
+
+        trainer = await asyncio.to_thread(self.engine.gpu_placement)
+        engines = await asyncio.gather(*(h.gpu_placement.remote() for h in handles))
+        shared = shared_gpus(trainer, list(engines))
+        if shared:
+            logger.warning(
+                "synchronizer.sync_method 'nccl': rollout engine(s) %s share GPU %s with the "
+                "trainer, and NCCL cannot connect two ranks on one GPU; weights go through "
+                "Ray's object store ('memory') instead",
+                shared,
+                ", ".join(trainer[1]),
+            )
+            return False
+        return True
 
 
 #: Where a checkpoint keeps the explorer's side, inside ``global_step_N/``.

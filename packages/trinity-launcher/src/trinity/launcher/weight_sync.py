@@ -39,7 +39,14 @@ from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["WeightGroupSpec", "broadcast_to_engines", "receive_weights", "WeightSender"]
+__all__ = [
+    "WeightGroupSpec",
+    "WeightReceiver",
+    "WeightSender",
+    "broadcast_to_engines",
+    "local_gpus",
+    "shared_gpus",
+]
 
 _PREFIX = "trinity-weight-sync"
 _META_KEY = "meta"
@@ -156,6 +163,42 @@ class WeightReceiver:
             self._group.broadcast(buffer)
             out[name] = buffer
         return out
+
+
+def local_gpus() -> tuple[str, list[str]]:
+    """``(node id, physical GPU ids)`` of this process: Ray's assignment for an actor with GPUs,
+    else the CUDA device torch uses (through ``CUDA_VISIBLE_DEVICES``); no GPUs on the CPU."""
+    import os
+
+    node = ""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+            assigned = [str(g) for g in ray.get_gpu_ids()]
+            if assigned:
+                return node, assigned
+    except ImportError:
+        pass
+    if not torch.cuda.is_available():
+        return node, []
+    current = torch.cuda.current_device()
+    visible = [
+        v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()
+    ]
+    return node, [visible[current] if current < len(visible) else str(current)]
+
+
+def shared_gpus(trainer: tuple[str, list[str]], engines: list[tuple[str, list[str]]]) -> list[int]:
+    """Indices of the engines on a GPU of the trainer's rank 0 (same node, a common GPU id):
+    NCCL refuses two ranks of one group on one device."""
+    node, gpus = trainer
+    return [
+        i
+        for i, (engine_node, engine_gpus) in enumerate(engines)
+        if engine_node == node and set(engine_gpus) & set(gpus)
+    ]
 
 
 def receive_weights(receiver: WeightReceiver, spec: WeightGroupSpec, rank: int) -> dict:

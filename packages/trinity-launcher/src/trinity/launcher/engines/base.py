@@ -299,6 +299,12 @@ class BaseRolloutEngine:
         )
         return self.model_version
 
+    async def gpu_placement(self) -> tuple[str, list[str]]:
+        """``(node id, GPU ids)`` of this engine's process (see ``weight_sync.local_gpus``)."""
+        from trinity.launcher.weight_sync import local_gpus
+
+        return local_gpus()
+
     async def receive_weights(self, spec: Any, rank: int, version: Optional[int] = None) -> int:
         """Take part in a weight broadcast as rank ``rank`` of the group ``spec`` (a
         :class:`~trinity.launcher.weight_sync.WeightGroupSpec`: ``sync_method: nccl``), then

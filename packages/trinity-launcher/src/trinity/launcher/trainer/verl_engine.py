@@ -983,6 +983,12 @@ class VerlTrainEngine:
             host = "127.0.0.1"
         return host, free_port()
 
+    def gpu_placement(self) -> tuple[str, list[str]]:
+        """``(node id, GPU ids)`` of this rank's process (see ``weight_sync.local_gpus``)."""
+        from trinity.launcher.weight_sync import local_gpus
+
+        return local_gpus()
+
     def broadcast_weights(self, spec: Any) -> int:
         """Send the full weights to the rollout engines over the weight group ``spec``
         (:mod:`trinity.launcher.weight_sync`; ``sync_method: nccl``). Collective over the

@@ -384,6 +384,13 @@ class RemoteEngine:
 
         return tuple(ray.get(self.group.workers[0].address.remote()))  # type: ignore[return-value]
 
+    def gpu_placement(self) -> tuple[str, list[str]]:
+        """Rank 0's node and GPU ids."""
+        import ray
+
+        node, gpus = ray.get(self.group.workers[0].call.remote(self.role, "gpu_placement"))
+        return node, list(gpus)
+
     def broadcast_weights(self, spec: Any) -> int:
         """Rank 0 broadcasts the weights to the rollout engines (see
         :meth:`VerlTrainEngine.broadcast_weights`); every rank gathers."""
