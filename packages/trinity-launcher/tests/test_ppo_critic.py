@@ -271,6 +271,46 @@ def test_critic_warmup_holds_the_actor(tmp_path, model_path):
     assert "actor/pg_loss" in trainer.train_step(make_experiences(model_path, 2))
 
 
+def test_kl_penalty_in_the_reward_lowers_the_returns(tmp_path, model_path):
+    """``kl_penalty_fn`` (PPO): token-level rewards are the scores minus ``kl_coef`` times the
+    KL of the rollout policy to the reference, before GAE -- the logged KL is the hand-computed
+    one, and the returns drop by the penalty."""
+    from trinity.launcher.trainer.trainer import Trainer
+
+    exps = make_experiences(model_path, 1)
+    config = ppo_config(tmp_path, model_path)
+    settings = VerlEngineSettings.from_config(config, device="cpu")
+    plain = Trainer(
+        config, VerlTrainEngine(settings), {}, critic=VerlCriticEngine.from_config(config)
+    )
+    before = plain.train_step(exps)
+    assert "actor/reward_kl_penalty" not in before
+
+    config.algorithm.kl_penalty_fn = "k2"
+    config.algorithm.kl_penalty_fn_args = {"kl_coef": 0.5}
+    with pytest.raises(ValueError, match="kl_penalty_fn 'k2'.*none was given"):
+        Trainer(config, VerlTrainEngine(settings), {}, critic=VerlCriticEngine.from_config(config))
+    ref = VerlTrainEngine(settings)
+    batch = collate_experiences(exps, pad_token_id=0)
+    ref_lp = ref.compute_logprobs(batch)
+    mask = batch.action_mask.float()
+    k2 = 0.5 * (batch.logprobs - ref_lp) ** 2 * mask
+    expected_kl = float((k2.sum(-1) / mask.sum(-1)).mean())
+    penalised = Trainer(
+        config,
+        VerlTrainEngine(settings),
+        {},
+        ref_engine=ref,
+        critic=VerlCriticEngine.from_config(config),
+    ).train_step(exps)
+    assert penalised["actor/reward_kl_penalty"] == pytest.approx(expected_kl, rel=1e-5)
+    assert penalised["actor/reward_kl_penalty_coeff"] == 0.5
+    # gamma 1: each return sums the rewards from its token on, so it drops by that much KL
+    assert (
+        penalised["advantage/returns_mean"] < before["advantage/returns_mean"] - 0.5 * expected_kl
+    )
+
+
 # ------------------------------------------------------------------------------- mode both
 
 

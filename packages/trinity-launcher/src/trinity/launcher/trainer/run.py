@@ -44,7 +44,12 @@ def build_trainer(config: Config) -> Trainer:
         rows = 2 * (config.buffer.train_batch_size or config.buffer.batch_size)
         overrides.update(use_dynamic_bsz=False, micro_batch_size=rows)
     settings = VerlEngineSettings.from_config(config, **overrides)
-    needs_ref = "ref_logprob" in TrinityLoss.from_algorithm(algorithm).required_fields()
+    from trinity.launcher.trainer.trainer import uses_kl_penalty
+
+    needs_ref = (
+        "ref_logprob" in TrinityLoss.from_algorithm(algorithm).required_fields()
+        or uses_kl_penalty(algorithm)  # KL penalty in the reward
+    )
     world_size = trainer_world_size(config, settings.resolved_device)
     if world_size > 1:
         engine, ref_engine, critic = _remote_engines(

@@ -140,6 +140,12 @@ class Trainer:
                 f"algorithm {self.algorithm.algorithm_type!r} trains a critic (value model); "
                 "none was given (build_trainer builds one from model.critic_model_path)"
             )
+        self.kl_penalty_fn = _build_kl_penalty(self.algorithm)
+        if self.kl_penalty_fn is not None and ref_engine is None:
+            raise ValueError(
+                f"algorithm.kl_penalty_fn {self.algorithm.kl_penalty_fn!r} penalises rewards by "
+                "the KL to a reference model; none was given"
+            )
         self.advantage_fn = None
         if getattr(self.algorithm_class, "compute_advantage_in_trainer", False):
             from trinity.algorithm.advantage_fn import ADVANTAGE_FN
@@ -192,6 +198,24 @@ class Trainer:
             values = self.critic.compute_values(batch)
             metrics["time/values"] = time.perf_counter() - t
             metrics.update(_masked_summary(values, batch.action_mask, "critic/values"))
+        extra: dict[str, torch.Tensor] = {}
+        if self.kl_penalty_fn is not None:
+            # token-level rewards = scores - kl_coef * KL(rollout policy || reference), before
+            # the advantages (verl's apply_kl_penalty; adaptive coefficient updated in place)
+            from trinity.algorithm.advantage_fn._trainer import batch_token_level_rewards
+
+            t = time.perf_counter()
+            extra["ref_logprob"] = self.ref_engine.compute_logprobs(batch, self.temperature)
+            metrics["time/ref_logprob"] = time.perf_counter() - t
+            rollout = batch.logprobs
+            if rollout is None:
+                rollout = self.engine.compute_logprobs(batch, self.temperature)
+            rewards, kl_metrics = self.kl_penalty_fn.compute_kl_penalty(
+                batch_token_level_rewards(batch), rollout, extra["ref_logprob"], batch.action_mask
+            )
+            batch.token_level_rewards = rewards
+            metrics["actor/reward_kl_penalty"] = float(kl_metrics.get("kl", 0.0))
+            metrics["actor/reward_kl_penalty_coeff"] = float(kl_metrics.get("kl_coef", 0.0))
         if self.advantage_fn is not None:
             # trainer-side advantages (GAE, REINFORCE++, ReMax) work on the collated batch
             kwargs = {"values": values} if values is not None else {}
@@ -206,8 +230,11 @@ class Trainer:
             metrics.update(batch_metrics(exps, batch))
             metrics["time/train_step"] = time.perf_counter() - start
             return metrics
-        extra: dict[str, torch.Tensor] = {}
-        if self.ref_engine is not None and "ref_logprob" in self.loss.required_fields():
+        if (
+            self.ref_engine is not None
+            and "ref_logprob" in self.loss.required_fields()
+            and "ref_logprob" not in extra
+        ):
             t = time.perf_counter()
             extra["ref_logprob"] = self.ref_engine.compute_logprobs(batch, self.temperature)
             metrics["time/ref_logprob"] = time.perf_counter() - t
@@ -294,6 +321,35 @@ class Trainer:
         if not has_weights:
             self.engine.save_hf(target)
         return target
+
+
+def uses_kl_penalty(algorithm: Any) -> bool:
+    """Whether the trainer applies ``algorithm.kl_penalty_fn`` (and so needs a reference)."""
+    name = algorithm.kl_penalty_fn
+    return bool(name) and name != "none" and bool(algorithm.compute_advantage_in_trainer)
+
+
+def _build_kl_penalty(algorithm: Any) -> Any:
+    """The reward KL penalty (``algorithm.kl_penalty_fn``), or ``None`` where there is none.
+
+    It shapes the token-level rewards the trainer's advantage function reads, so it applies
+    only to algorithm types that compute advantages in the trainer (PPO, REINFORCE++, ReMax);
+    for the others (GRPO: advantages in the explorer) it would change nothing, and a warning
+    says so (use ``kl_loss_fn`` there).
+    """
+    name = algorithm.kl_penalty_fn
+    if not name or name == "none":
+        return None
+    if not uses_kl_penalty(algorithm):
+        logger.warning(
+            "algorithm.kl_penalty_fn %r is ignored: it penalises rewards before the trainer "
+            "computes advantages, and algorithm_type %r computes them in the explorer; use "
+            "kl_loss_fn to keep the policy near the reference model",
+            name,
+            algorithm.algorithm_type,
+        )
+        return None
+    return algorithm.build_kl_penalty_fn()
 
 
 def batch_metrics(exps: list[Experience], batch: Experiences) -> dict[str, float]:
