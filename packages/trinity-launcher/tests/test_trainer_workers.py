@@ -62,6 +62,31 @@ def test_split_rows_keeps_pairs_together_and_refuses_empty_ranks():
         split_rows(batch, 8)
 
 
+def test_balanced_partition_evens_out_tokens_and_joins_back_in_order():
+    pytest.importorskip("verl")
+    from trinity.launcher.trainer.workers import _join, partition_rows, take_rows
+
+    batch = collate_experiences(_experiences(8))
+    lengths = batch.attention_mask.sum(dim=-1).tolist()
+    contiguous = partition_rows(batch, 2)
+    assert contiguous == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    for equal in (True, False):
+        parts = partition_rows(batch, 2, balance=True, equal=equal)
+        assert sorted(i for p in parts for i in p) == list(range(8))
+        if equal:
+            assert [len(p) for p in parts] == [4, 4]
+        sums = [sum(lengths[i] for i in p) for p in parts]
+        assert max(sums) - min(sums) <= max(lengths)  # about the same number of tokens each
+        # per-rank results come back in the batch's row order
+        shards = [take_rows(batch, p) for p in parts]
+        assert torch.equal(_join([s.tokens for s in shards], parts), batch.tokens)
+    # uneven rows with equal-size shards asked: contiguous (equal sizes impossible)
+    odd = collate_experiences(_experiences(5))
+    assert partition_rows(odd, 2, balance=True, equal=True) == [[0, 1, 2], [3, 4]]
+    # DPO pairs are never regrouped
+    assert partition_rows(batch, 2, unit=2, balance=True) == contiguous
+
+
 def _config(trainer_config=None, **cluster) -> Config:
     raw = {
         "mode": "train",
@@ -125,11 +150,14 @@ def test_two_ray_worker_ranks_equal_one_in_process_engine(ray_cluster, model_pat
     )
     group = TrainerWorkerGroup(2, {"actor": partial(VerlTrainEngine, settings)}, "cpu", threads=1)
     try:
-        remote = RemoteEngine(group, "actor")
+        # rows spread by token count (trainer.balance_batch), results joined back in order
+        remote = RemoteEngine(group, "actor", balance=True, equal_rows=False)
+        assert remote._partition(batch) != [[0, 1, 2], [3, 4]]
+        contiguous = RemoteEngine(group, "actor")
         local = VerlTrainEngine(settings)
-        assert torch.allclose(
-            remote.compute_logprobs(batch), local.compute_logprobs(batch), atol=1e-5
-        )
+        expected_logprobs = local.compute_logprobs(batch)
+        assert torch.allclose(remote.compute_logprobs(batch), expected_logprobs, atol=1e-5)
+        assert torch.allclose(contiguous.compute_logprobs(batch), expected_logprobs, atol=1e-5)
         got = remote.train_step(batch, loss, temperature=1.0)
         expected = local.train_step(batch, loss, temperature=1.0)
         assert remote.global_step == 1

@@ -104,9 +104,17 @@ def _remote_engines(
         trust_remote_code=settings.trust_remote_code,
     )
     unit = 2 if schema == "dpo" else 1  # DPO's [chosen_i, rejected_i] pairs stay on one rank
-    engine = RemoteEngine(group, "actor", tokenizer=tokenizer, row_unit=unit)
-    ref = RemoteEngine(group, "ref", tokenizer=tokenizer, row_unit=unit) if needs_ref else None
-    critic = RemoteEngine(group, "critic", tokenizer=tokenizer) if use_critic else None
+    # trainer.balance_batch: ranks get about equal token counts (verl's partition); with a
+    # fixed micro-batch size also equal row counts
+    shard = dict(
+        tokenizer=tokenizer,
+        row_unit=unit,
+        balance=bool(config.trainer.balance_batch),
+        equal_rows=not settings.use_dynamic_bsz,
+    )
+    engine = RemoteEngine(group, "actor", **shard)
+    ref = RemoteEngine(group, "ref", **shard) if needs_ref else None
+    critic = RemoteEngine(group, "critic", **{**shard, "equal_rows": True}) if use_critic else None
     return engine, ref, critic
 
 

@@ -40,7 +40,9 @@ __all__ = [
     "TrainerWorker",
     "TrainerRanksError",
     "TrainerWorkerGroup",
+    "partition_rows",
     "split_rows",
+    "take_rows",
     "trainer_world_size",
 ]
 
@@ -98,19 +100,60 @@ def _shard_bounds(rows: int, parts: int, unit: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def _take(value: Any, start: int, end: int) -> Any:
+def _check_split(rows: int, parts: int, unit: int) -> None:
+    if rows % unit:
+        raise ValueError(f"a batch of {rows} rows cannot be split into groups of {unit} rows")
+    if rows // unit < parts:
+        what = "rows" if unit == 1 else f"groups of {unit} rows"
+        raise ValueError(
+            f"a batch of {rows // unit} {what} cannot be spread over {parts} trainer ranks "
+            f"(each rank needs at least one); allowed: a train batch of at least {parts * unit} "
+            "rows, or fewer trainer ranks"
+        )
+
+
+def partition_rows(
+    batch: Experiences, parts: int, unit: int = 1, balance: bool = False, equal: bool = True
+) -> list[list[int]]:
+    """Which rows of ``batch`` each of ``parts`` ranks takes.
+
+    Contiguous shards (sizes differing by at most one ``unit``) by default; with ``balance``
+    (``trainer.balance_batch``, rows not grouped), verl's Karmarkar-Karp partition by sequence
+    length (``get_seqlen_balanced_partitions``), so each rank gets about the same number of
+    tokens -- with ``equal`` (fixed micro-batch size: every rank must run as many micro-batches)
+    also the same number of rows, when the rows divide evenly. Each rank's rows are ascending.
+    """
+    rows = batch.batch_size
+    _check_split(rows, parts, unit)
+    if balance and unit == 1 and parts > 1 and (not equal or rows % parts == 0):
+        from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+
+        lengths = batch.attention_mask.sum(dim=-1).tolist()
+        found = get_seqlen_balanced_partitions(lengths, k_partitions=parts, equal_size=equal)
+        return [sorted(int(i) for i in part) for part in found]
+    return [list(range(a, b)) for a, b in _shard_bounds(rows, parts, unit)]
+
+
+def _take(value: Any, rows: list[int]) -> Any:
     if isinstance(value, Tensor):
-        return value[start:end]
+        return value[torch.as_tensor(rows, dtype=torch.long)]
     if isinstance(value, list):
-        return value[start:end]
+        return [value[i] for i in rows]
     if isinstance(value, dict):
-        return {k: _take(v, start, end) for k, v in value.items()}
+        return {k: _take(v, rows) for k, v in value.items()}
     return value  # prompt_length, response_length: the padded widths stay the batch's
 
 
+def take_rows(batch: Experiences, rows: list[int]) -> Experiences:
+    """The rows ``rows`` of ``batch`` (padded widths ``P``/``R`` unchanged, so ``[b, R]``
+    results of the shards line up with the batch's ``[B, R]``)."""
+    return Experiences(
+        **{f.name: _take(getattr(batch, f.name), rows) for f in dataclasses.fields(batch)}
+    )
+
+
 def split_rows(batch: Experiences, parts: int, unit: int = 1) -> list[Experiences]:
-    """``batch`` as ``parts`` contiguous row shards (padded widths ``P``/``R`` unchanged, so
-    ``[b, R]`` results of the shards concatenate into the batch's ``[B, R]``).
+    """``batch`` as ``parts`` contiguous row shards (see :func:`partition_rows`).
 
     Args:
         batch: a collated batch of ``B`` rows.
@@ -121,31 +164,16 @@ def split_rows(batch: Experiences, parts: int, unit: int = 1) -> list[Experience
         ValueError: ``B`` is not a multiple of ``unit``, or there are fewer units than
             ``parts`` (a rank would get no rows; every rank must take part in each step).
     """
-    rows = batch.batch_size
-    if rows % unit:
-        raise ValueError(f"a batch of {rows} rows cannot be split into groups of {unit} rows")
-    if rows // unit < parts:
-        what = "rows" if unit == 1 else f"groups of {unit} rows"
-        raise ValueError(
-            f"a batch of {rows // unit} {what} cannot be spread over {parts} trainer ranks "
-            f"(each rank needs at least one); allowed: a train batch of at least {parts * unit} "
-            "rows, or fewer trainer ranks"
-        )
-    out = []
-    for start, end in _shard_bounds(rows, parts, unit):
-        values = {
-            f.name: _take(getattr(batch, f.name), start, end) for f in dataclasses.fields(batch)
-        }
-        out.append(Experiences(**values))
+    return [take_rows(batch, rows) for rows in partition_rows(batch, parts, unit)]
+
+
+def _join(parts: Sequence[Tensor], partition: Sequence[list[int]]) -> Tensor:
+    """Per-rank row results back into the batch's row order."""
+    joined = torch.cat(list(parts))
+    order = torch.as_tensor([i for rows in partition for i in rows], dtype=torch.long)
+    out = torch.empty_like(joined)
+    out[order] = joined
     return out
-
-
-def _split_fields(
-    fields: Optional[Mapping[str, Tensor]], bounds: Sequence[tuple[int, int]]
-) -> list[Optional[dict[str, Tensor]]]:
-    if fields is None:
-        return [None] * len(bounds)
-    return [{k: v[start:end] for k, v in fields.items()} for start, end in bounds]
 
 
 # ------------------------------------------------------------------------------ the actor
@@ -301,34 +329,42 @@ class RemoteEngine:
         role: str,
         tokenizer: Any = None,
         row_unit: int = 1,
+        balance: bool = False,
+        equal_rows: bool = True,
     ) -> None:
         self.group = group
         self.role = role
         self.tokenizer = tokenizer
         self.row_unit = row_unit
+        self.balance = balance
+        self.equal_rows = equal_rows
         self.global_step = 0
 
     @property
     def dp_size(self) -> int:
         return self.group.world_size
 
-    def _shards(self, batch: Experiences) -> tuple[list[Experiences], list[tuple[int, int]]]:
-        bounds = _shard_bounds(batch.batch_size, self.dp_size, self.row_unit)
-        return split_rows(batch, self.dp_size, self.row_unit), bounds
+    def _partition(self, batch: Experiences) -> list[list[int]]:
+        return partition_rows(
+            batch, self.dp_size, self.row_unit, balance=self.balance, equal=self.equal_rows
+        )
 
     # ------------------------------------------------------------------ policy / reference
     def compute_logprobs(
         self, batch: Experiences, temperature: float = 1.0, return_entropy: bool = False
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
-        shards, _ = self._shards(batch)
+        partition = self._partition(batch)
         results = self.group.run(
             self.role,
             "compute_logprobs",
-            [(s, temperature, return_entropy) for s in shards],
+            [(take_rows(batch, rows), temperature, return_entropy) for rows in partition],
         )
         if return_entropy:
-            return torch.cat([r[0] for r in results]), torch.cat([r[1] for r in results])
-        return torch.cat(results)
+            return (
+                _join([r[0] for r in results], partition),
+                _join([r[1] for r in results], partition),
+            )
+        return _join(results, partition)
 
     def train_step(
         self,
@@ -337,32 +373,39 @@ class RemoteEngine:
         temperature: float = 1.0,
         extra: Optional[Mapping[str, Tensor]] = None,
     ) -> dict[str, float]:
-        shards, bounds = self._shards(batch)
-        extras = _split_fields(extra, bounds)
-        results = self.group.run(
-            self.role,
-            "train_step",
-            [(s, loss, temperature, e) for s, e in zip(shards, extras, strict=True)],
-        )
+        partition = self._partition(batch)
+        args = [
+            (
+                take_rows(batch, rows),
+                loss,
+                temperature,
+                None if extra is None else {k: _take(v, rows) for k, v in extra.items()},
+            )
+            for rows in partition
+        ]
+        results = self.group.run(self.role, "train_step", args)
         self.global_step += 1
         return results[0]
 
     # ------------------------------------------------------------------ critic
     def compute_values(self, batch: Experiences) -> Tensor:
-        shards, _ = self._shards(batch)
-        return torch.cat(self.group.run(self.role, "compute_values", [(s,) for s in shards]))
+        partition = self._partition(batch)
+        args = [(take_rows(batch, rows),) for rows in partition]
+        return _join(self.group.run(self.role, "compute_values", args), partition)
 
     def update(
         self, batch: Experiences, values: Tensor, returns: Optional[Tensor] = None
     ) -> dict[str, float]:
-        shards, bounds = self._shards(batch)
-        values_parts = [values[a:b] for a, b in bounds]
-        returns_parts = [None if returns is None else returns[a:b] for a, b in bounds]
-        results = self.group.run(
-            self.role,
-            "update",
-            [(s, v, r) for s, v, r in zip(shards, values_parts, returns_parts, strict=True)],
-        )
+        partition = self._partition(batch)
+        args = [
+            (
+                take_rows(batch, rows),
+                _take(values, rows),
+                None if returns is None else _take(returns, rows),
+            )
+            for rows in partition
+        ]
+        results = self.group.run(self.role, "update", args)
         self.global_step += 1
         return results[0]
 
