@@ -12,9 +12,10 @@ process group as in verl's colocated ``ActorRolloutRefWorker``.
 :class:`~trinity.launcher.trainer.trainer.TrainEngine` / ``CriticEngine`` protocols the
 :class:`~trinity.launcher.trainer.trainer.Trainer` loop talks to, so the loop, the losses and
 the synchronizer do not know whether the engine is in the driver (one rank) or spread over
-workers. Each call splits the collated batch by rows (:func:`split_rows`: contiguous shards
-whose sizes differ by at most one row, a DPO pair never split), runs the method on every rank
-at once and joins the per-row results in the original order. The engines' metrics are already
+workers. Each call splits the collated batch by rows (:func:`partition_rows`: by token count
+with ``trainer.balance_batch``, else contiguous shards whose sizes differ by at most one row; a
+DPO pair never split), runs the method on every rank at once and joins the per-row results
+back in the batch's order. The engines' metrics are already
 reduced over ranks (global loss denominators, all-reduced sums), so rank 0's are the batch's.
 
 The actors stay thin: no math here; the engines do the collective work.
