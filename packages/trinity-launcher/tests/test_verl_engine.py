@@ -195,6 +195,29 @@ def test_version_pin_and_settings_errors(monkeypatch):
         VerlEngineSettings(model_path="m", lr_scheduler_type="cosine")
 
 
+def test_verl_root_log_handler_is_dropped(engine):
+    """verl's import-time ``logging.basicConfig`` printed every trainer line a second time;
+    after the engine is built no root handler has verl's format, and one the application set
+    up itself is kept."""
+    import logging
+
+    from trinity.launcher.trainer.verl_compat import _VERL_ROOT_FORMAT, _drop_verl_root_handler
+
+    root = logging.getLogger()
+    formats = [getattr(h.formatter, "_fmt", None) for h in root.handlers]
+    assert _VERL_ROOT_FORMAT not in formats
+    mine, verls = logging.StreamHandler(), logging.StreamHandler()
+    verls.setFormatter(logging.Formatter(_VERL_ROOT_FORMAT))
+    root.addHandler(mine)
+    root.addHandler(verls)
+    try:
+        _drop_verl_root_handler()
+        assert mine in root.handlers and verls not in root.handlers
+    finally:
+        root.removeHandler(mine)
+        root.removeHandler(verls)
+
+
 def test_settings_from_trinity_config():
     from trinity.common.config import Config
 

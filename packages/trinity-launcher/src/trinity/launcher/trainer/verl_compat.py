@@ -56,6 +56,7 @@ Not patched, but needed on CPU (settings, chosen by :mod:`trinity.launcher.train
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 import threading
@@ -425,6 +426,22 @@ def _patch_valuehead_loader(device: str) -> None:
 # --------------------------------------------------------------------------------- entry point
 
 
+#: the format of the root handler verl's ``set_basic_config`` installs when it is imported
+_VERL_ROOT_FORMAT = "%(levelname)s:%(asctime)s:%(message)s"
+
+
+def _drop_verl_root_handler() -> None:
+    """Remove the root-logger handler verl installs at import (``logging.basicConfig`` in
+    ``verl.utils.logging_utils``): Trinity's loggers have their own handler and propagate to
+    the root, so every trainer line was printed twice, once in verl's format. Only a handler
+    with verl's exact format is removed; one the application installed stays."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        fmt = getattr(getattr(handler, "formatter", None), "_fmt", None)
+        if type(handler) is logging.StreamHandler and fmt == _VERL_ROOT_FORMAT:
+            root.removeHandler(handler)
+
+
 def apply_verl_compat(device: Optional[str] = None) -> str:
     """Check verl's version and, on CPU, apply the patches of this module's docstring.
 
@@ -459,6 +476,7 @@ def apply_verl_compat(device: Optional[str] = None) -> str:
             _install_cpu_platform()
             _wrap_process_group_init()
         _import_verl_engines()
+        _drop_verl_root_handler()
         _patch_valuehead_loader(device)
         if device == "cpu":
             _register_cpu_engines()
