@@ -592,6 +592,25 @@ def test_check_and_update_fills_run_paths_in_place(tmp_path: Path, cuda) -> None
     assert not job_dir.exists()  # validation never touches the file system
 
 
+def test_no_cache_path_is_made_up_for_an_sft_or_dpo_data_set(tmp_path: Path, cuda) -> None:
+    # a buffer the run writes gets a cache path; a data set to train on must be named: no
+    # empty file in the cache directory stands in for it (the algorithm type asks for a path)
+    for algorithm_type in ("sft", "dpo"):
+        config = load_config(
+            runnable(
+                mode="train",
+                checkpoint_root_dir=str(tmp_path),
+                algorithm={"algorithm_type": algorithm_type},
+                buffer={
+                    "train_batch_size": 4,
+                    "trainer_input": {"experience_buffer": {"name": "d"}},
+                },
+            )
+        )
+        config.check_and_update()
+        assert config.buffer.trainer_input.experience_buffer.path is None
+
+
 def test_program_assignments_survive_check_and_update(cuda) -> None:
     config = load_config(runnable(buffer={"batch_size": 4}))
     config.cluster.node_num = 1

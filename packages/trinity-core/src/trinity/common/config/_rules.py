@@ -566,7 +566,10 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
             cfg.buffer.train_batch_size,
             "must be set explicitly when mode is 'train' or algorithm_type is 'sft'/'dpo'",
         )
-    if exp is not None and not exp.path and cfg.buffer.cache_dir:
+    # A buffer the run writes gets a path in the cache directory; an SFT/DPO data set is read,
+    # never written, so it keeps no path and the algorithm type's check asks for one.
+    sft_like = cfg.algorithm.algorithm_type in _SFT_LIKE
+    if exp is not None and not exp.path and cfg.buffer.cache_dir and not sft_like:
         if exp.storage_type == "sql":
             path = "sqlite:///" + os.path.join(cfg.buffer.cache_dir, f"{exp.name}.db")
         else:
