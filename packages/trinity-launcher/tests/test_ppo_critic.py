@@ -315,7 +315,10 @@ def test_kl_penalty_in_the_reward_lowers_the_returns(tmp_path, model_path):
 
 
 @pytest.mark.slow
-def test_ppo_mode_both_trains_the_critic(tmp_path, both_config, run_cli, arithmetic_tasks):
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_ppo_mode_both_trains_the_critic(tmp_path, both_config, run_cli, arithmetic_tasks, ranks):
+    """PPO in mode both: critic values, GAE, critic and actor steps; with two ranks the
+    actor, reference and critic engines run side by side in two Ray trainer workers."""
     tasks = arithmetic_tasks(tmp_path, 6)
     config = both_config(
         tmp_path,
@@ -325,7 +328,12 @@ def test_ppo_mode_both_trains_the_critic(tmp_path, both_config, run_cli, arithme
         algorithm={"algorithm_type": "ppo", "repeat_times": 2},
         buffer={"batch_size": 2},  # 6 tasks / 2 per step: 3 steps
         explorer={"runner_per_model": 2},
-        trainer={"trainer_config": {"critic": {"optim": {"lr": 1e-2}, "cliprange_value": 0.5}}},
+        trainer={
+            "trainer_config": {
+                "critic": {"optim": {"lr": 1e-2}, "cliprange_value": 0.5},
+                "trainer": {"n_gpus_per_node": ranks},
+            }
+        },
     )
     path = tmp_path / "ppo.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -338,7 +346,11 @@ def test_ppo_mode_both_trains_the_critic(tmp_path, both_config, run_cli, arithme
         for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/values/mean"):
             assert key in r, sorted(r)
         assert "critic/grad_norm" in r and "actor/pg_loss" in r
+    if ranks > 1:
+        assert f"Trainer: {ranks} Ray worker rank(s) on cpu with engines actor, ref, critic" in (
+            done.stdout + done.stderr
+        )
     for step in (2, 3):
-        critic = run / f"global_step_{step}" / "critic"
-        assert (critic / "model_world_size_1_rank_0.pt").is_file()
-        assert (run / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt").is_file()
+        for part in ("critic", "actor"):
+            found = sorted(p.name for p in (run / f"global_step_{step}" / part).glob("model_*.pt"))
+            assert found == [f"model_world_size_{ranks}_rank_{r}.pt" for r in range(ranks)]
