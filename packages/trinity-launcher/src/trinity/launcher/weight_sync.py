@@ -15,7 +15,8 @@ Protocol of one synchronisation (:func:`broadcast_to_engines`):
    the list ``(name, shape, dtype)`` of the tensors it will send in the store (``meta``);
 2. every engine allocates a buffer per tensor and takes part in one broadcast per tensor,
    in the list's order; rank 0 streams the tensors as it gathers them from its shards
-   (collective over the trainer's ranks: only one full tensor at a time is materialised);
+   (collective over the trainer's ranks: after the first sync, which stages the full state
+   once to publish the list, only one full tensor at a time is materialised);
 3. each engine loads the received weights and sets the model version.
 
 The group and the metadata are opened once per run and reused. On a machine without CUDA the
@@ -199,11 +200,6 @@ def shared_gpus(trainer: tuple[str, list[str]], engines: list[tuple[str, list[st
         for i, (engine_node, engine_gpus) in enumerate(engines)
         if engine_node == node and set(engine_gpus) & set(gpus)
     ]
-
-
-def receive_weights(receiver: WeightReceiver, spec: WeightGroupSpec, rank: int) -> dict:
-    """Blocking receive (run it off the engine's event loop)."""
-    return receiver.receive(spec, rank)
 
 
 async def broadcast_to_engines(
