@@ -331,3 +331,102 @@ def test_missing_batch_size_is_a_clear_error():
     reader = get_buffer_reader(cfg, use_ray=False)
     with pytest.raises(StorageConfigError, match="batch_size"):
         reader.read()
+
+
+# ---- explore step ends: a read stops at a step's end instead of waiting for a full batch
+
+
+def test_a_read_stops_at_a_step_end_with_at_least_min_size():
+    """A step whose tasks partly failed wrote 3 of 4; the reader gets those 3 at once."""
+    q = ExperienceQueue("steps", capacity=16)
+    q.put([make_exp(i) for i in range(3)])
+    with pytest.raises(QueueReadTimeout):  # no step end yet: a full batch is awaited
+        q.get(4, timeout=0.05, min_size=2)
+    q.end_step()
+    assert ids(q.get(4, timeout=0.05, min_size=2)) == [0, 1, 2]
+    # the next step is complete: a full batch, the mark at its end is consumed with it
+    q.put([make_exp(i) for i in range(3, 7)])
+    q.end_step()
+    assert ids(q.get(4, timeout=0.05, min_size=2)) == [3, 4, 5, 6]
+
+
+def test_a_remainder_below_min_size_reads_on_across_the_step_end():
+    """A step that produced more than a batch leaves a remainder: with fewer than min_size
+    it is joined by the next step's experiences instead of becoming a tiny batch."""
+    q = ExperienceQueue("remainder", capacity=16)
+    q.put([make_exp(i) for i in range(5)])
+    q.end_step()
+    assert ids(q.get(4, timeout=0.05, min_size=2)) == [0, 1, 2, 3]
+    with pytest.raises(QueueReadTimeout):
+        q.get(4, timeout=0.05, min_size=2)  # 1 left: below min_size, wait for more
+    q.put([make_exp(i) for i in range(5, 8)])
+    q.end_step()
+    assert ids(q.get(4, timeout=0.05, min_size=2)) == [4, 5, 6, 7]
+
+
+def test_steps_that_arrived_together_are_read_one_step_at_a_time():
+    """With the explorer a step ahead (sync_offset 1), each read takes one step's output."""
+    q = ExperienceQueue("ahead", capacity=16)
+    for step in range(2):
+        q.put([make_exp(10 * step + i) for i in range(3)])
+        q.end_step()
+    assert ids(q.get(4, min_size=2)) == [0, 1, 2]
+    assert ids(q.get(4, min_size=2)) == [10, 11, 12]
+
+
+def test_without_min_size_step_ends_are_ignored():
+    q = ExperienceQueue("plain", capacity=16)
+    q.put([make_exp(i) for i in range(3)])
+    q.end_step()
+    with pytest.raises(QueueReadTimeout):
+        q.get(4, timeout=0.05)
+
+
+def test_flush_releases_whatever_was_written_and_wakes_a_waiting_reader():
+    """The explorer flushes before it waits for the trainer: a blocked read returns what
+    there is (even below min_size) instead of both waiting for each other."""
+    q = ExperienceQueue("flush", capacity=16)
+    q.flush()  # nothing written yet: no release point, a later write is not cut short
+    q.put([make_exp(0)])
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(q.get(4, timeout=5, min_size=3)))
+    reader.start()
+    time.sleep(0.1)
+    assert reader.is_alive()
+    q.flush()
+    reader.join(timeout=5)
+    assert not reader.is_alive() and ids(got[0]) == [0]
+
+
+def test_async_read_stops_at_a_step_end():
+    async def main():
+        q = ExperienceQueue("async-steps", capacity=16)
+        read = asyncio.ensure_future(q.get_async(4, timeout=5, min_size=2))
+        await asyncio.sleep(0.05)
+        await q.put_async([make_exp(i) for i in range(2)])
+        await asyncio.sleep(0.05)
+        assert not read.done()
+        q.end_step()
+        return ids(await read)
+
+    assert asyncio.run(main()) == [0, 1]
+
+
+def test_priority_queue_step_end_and_flush():
+    q = PriorityReplayQueue("prio-steps", capacity=16)
+    q.put([make_exp(i, version=i) for i in range(3)])
+    with pytest.raises(QueueReadTimeout):
+        q.get(4, timeout=0.05, min_size=2)
+    q.end_step()
+    assert sorted(ids(q.get(4, timeout=0.05, min_size=2))) == [0, 1, 2]
+    q.put([make_exp(5)])
+    q.flush()
+    assert ids(q.get(4, timeout=0.05, min_size=2)) == [5]
+
+
+def test_queue_reader_and_writer_carry_step_ends_and_min_batch_size():
+    config = queue_config("rw-steps", batch_size=4, min_batch_size=2)
+    writer, reader = get_buffer_writer(config), get_buffer_reader(config)
+    writer.write([make_exp(i) for i in range(3)])
+    writer.end_step()
+    assert ids(reader.read()) == [0, 1, 2]

@@ -118,3 +118,21 @@ def test_actor_writer_async_reader_and_errors_cross_the_process_boundary():
     local = get_buffer_writer(cfg.model_copy(update={"wrap_in_ray": False}))
     assert isinstance(local.queue, PriorityReplayQueue)
     assert kill_ray_queue(cfg)
+
+
+def test_step_ends_and_flush_cross_the_process_boundary():
+    """The trainer's read stops at an explore step's end through the Ray queue actor too."""
+    cfg = config("ray-steps", batch_size=4, min_batch_size=2)
+    writer, reader = get_buffer_writer(cfg), get_buffer_reader(cfg)
+    assert isinstance(writer.queue, RayQueueClient)
+    writer.acquire()
+    writer.write([make_exp(i) for i in range(3)])
+    with pytest.raises(QueueReadTimeout):
+        reader.queue.get(4, timeout=0.1, min_size=2)
+    asyncio.run(writer.end_step_async())
+    assert [e.info["i"] for e in reader.read()] == [0, 1, 2]
+    writer.write([make_exp(7)])
+    asyncio.run(writer.flush_async())
+    assert [e.info["i"] for e in asyncio.run(reader.read_async())] == [7]
+    writer.release()
+    kill_ray_queue(cfg)

@@ -43,6 +43,23 @@ class BufferWriter(ABC):
         so that an event loop (an explorer runner) keeps serving other coroutines."""
         await asyncio.get_running_loop().run_in_executor(None, self.write, list(exps))
 
+    def end_step(self) -> None:
+        """Mark the end of one explore step's experiences (see
+        :meth:`trinity.buffer.storage.queue.ExperienceQueue.end_step`). Storages that are not
+        read while they are written (files, SQL tables read by a later run) ignore it."""
+
+    async def end_step_async(self) -> None:
+        """Asynchronous :meth:`end_step`."""
+        self.end_step()
+
+    def flush(self) -> None:
+        """Let the reader take whatever was written so far, even less than a batch: the
+        writer is about to wait for the reader. A no-op where reads never wait for a batch."""
+
+    async def flush_async(self) -> None:
+        """Asynchronous :meth:`flush`."""
+        self.flush()
+
     def acquire(self) -> int:
         """Register this writer as a live producer; returns the storage's writer count."""
         return 1

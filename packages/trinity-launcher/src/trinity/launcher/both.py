@@ -493,6 +493,10 @@ async def run_both_async(
                 # fixed: wait for the weights of train step need(e); dynamic styles: the same
                 # bound on how far the explorer runs ahead, counted in train steps done
                 key = "version" if style == "fixed" else "trained"
+                if state[key] < need and not state["trainer_done"]:
+                    # the trainer must finish a step before this one may run: let it take what
+                    # it has even if that is less than a batch (failed tasks), or both wait
+                    await _flush(explorer.pipeline)
                 async with changed:
                     await changed.wait_for(
                         lambda need=need, key=key: state[key] >= need or state["trainer_done"]
@@ -584,6 +588,14 @@ async def run_both_async(
     explorer.on_commit = explorer.generation_lock = None
     merger.flush()
     return dict(last)
+
+
+async def _flush(pipeline: Any) -> None:
+    """The writer's ``flush`` (see :meth:`trinity.buffer.buffer_writer.BufferWriter.flush`)."""
+    writer = getattr(pipeline, "writer", None)
+    flush = getattr(writer, "flush_async", None)
+    if callable(flush):
+        await flush()
 
 
 def run_both(config: Config, progress: Any = None) -> dict:

@@ -32,7 +32,7 @@ from typing import Any, Optional
 from trinity.common.config import Config, ExperienceBufferConfig
 from trinity.common.experience import Experience
 from trinity.launcher.progress import Monitor, ProgressReporter
-from trinity.launcher.runner import RunnerPool, TaskResult, assign_task_ids
+from trinity.launcher.runner import BatchResult, RunnerPool, TaskResult, assign_task_ids
 from trinity.utils.log import get_logger
 
 __all__ = [
@@ -443,7 +443,7 @@ class Explorer:
         step = self.step + 1
         assign_task_ids(tasks, batch_id=step)
         async with self.generation_lock or contextlib.nullcontext():
-            batch = await pool.run_tasks(tasks)
+            batch = await self._run_step_tasks(pool, tasks, step)
         exps = batch.experiences
         metrics: dict[str, Any] = {"rollout/tasks": float(len(tasks))}
 
@@ -485,6 +485,81 @@ class Explorer:
         if self.progress is not None:
             self.progress.step(step, metrics)
         return True
+
+    async def _run_step_tasks(self, pool: RunnerPool, tasks: list[Any], step: int) -> BatchResult:
+        """Run one step's tasks; while fewer than ``explorer.min_batch_fraction`` of them
+        succeeded, run replacement tasks (the next ones of the task set) in their place, at
+        most ``explorer.max_replacement_rounds`` rounds.
+
+        Returns one :class:`BatchResult` over every task run (replacements appended; its
+        ``runner/*`` counters summed over the rounds, ``rollout/replacement_tasks`` and
+        ``rollout/replacement_rounds`` added).
+
+        Raises:
+            RuntimeError: no task of the step succeeded, even after the replacements: a step
+                with no experience is not a step, and a workflow that fails every task would
+                otherwise loop forever. The message carries the last task's error.
+        """
+        cfg = self.config.explorer
+        batch = await pool.run_tasks(tasks)
+        results = list(batch.results)
+        metrics = dict(batch.metrics)
+        replaced = rounds = 0
+        wanted = math.ceil(cfg.min_batch_fraction * len(tasks))
+        while rounds < cfg.max_replacement_rounds:
+            ok = sum(1 for r in results if r.ok)
+            if ok >= wanted:
+                break
+            # replacements: the next tasks in the task set's order, not counted as a step
+            # (``total_steps`` counts steps); past the last epoch they wrap to the next order
+            draw = getattr(self.taskset, "draw", None)
+            if not callable(draw):
+                break
+            extra = draw(wanted - ok)
+            if not extra:
+                break
+            rounds += 1
+            replaced += len(extra)
+            assign_task_ids(extra, batch_id=step, first_task_id=len(results))
+            logger.warning(
+                "explore step %d: %d of %d tasks succeeded (explorer.min_batch_fraction %g); "
+                "running %d replacement tasks (round %d/%d)",
+                step,
+                ok,
+                len(tasks),
+                cfg.min_batch_fraction,
+                len(extra),
+                rounds,
+                cfg.max_replacement_rounds,
+            )
+            more = await pool.run_tasks(extra)
+            results += more.results
+            for key, value in more.metrics.items():
+                if key.startswith("runner/") and not key.startswith("runner/task_seconds"):
+                    metrics[key] = metrics.get(key, 0.0) + value
+                elif key == "time/run_tasks":
+                    metrics[key] = metrics.get(key, 0.0) + value
+        metrics["rollout/replacement_tasks"] = float(replaced)
+        metrics["rollout/replacement_rounds"] = float(rounds)
+        ok_results = [r for r in results if r.ok]
+        if not ok_results or not any(r.experiences for r in ok_results):
+            last = next((r.error for r in reversed(results) if r.error), None) or "no error"
+            raise RuntimeError(
+                f"explore step {step}: none of its {len(results)} tasks produced an experience "
+                f"({len(results) - len(ok_results)} failed, {replaced} of them replacements, "
+                f"explorer.max_replacement_rounds {cfg.max_replacement_rounds}); the last "
+                f"error:\n{last}"
+            )
+        if len(ok_results) < wanted:
+            logger.warning(
+                "explore step %d: only %d of %d tasks succeeded after %d replacement rounds; "
+                "the trainer trains on what the step produced",
+                step,
+                len(ok_results),
+                len(tasks),
+                rounds,
+            )
+        return BatchResult(results, metrics)
 
     # ------------------------------------------------------------------ resume
     def _current_state(self) -> dict[str, Any]:

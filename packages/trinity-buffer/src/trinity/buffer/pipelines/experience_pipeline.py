@@ -303,6 +303,11 @@ class ExperiencePipeline:
         write_start = time.perf_counter()
         if exps:
             await _write_async(writer, exps)
+        # one process() call is one explore step: its end lets the trainer's read stop here
+        # with what the step produced (failed tasks must not leave it waiting for a full batch)
+        end_step = getattr(writer, "end_step_async", None)
+        if callable(end_step):
+            await end_step()
         metrics[f"time/{_PREFIX}/write"] = time.perf_counter() - write_start
         metrics[f"time/{_PREFIX}/total"] = time.perf_counter() - start
         return metrics

@@ -138,11 +138,17 @@ class QueueLike(Protocol):
         self, exps: Sequence[Experience], timeout: Optional[float] = None
     ) -> None: ...
 
-    def get(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]: ...
+    def get(
+        self, batch_size: int, timeout: Optional[float] = None, min_size: Optional[int] = None
+    ) -> list[Experience]: ...
 
     async def get_async(
-        self, batch_size: int, timeout: Optional[float] = None
+        self, batch_size: int, timeout: Optional[float] = None, min_size: Optional[int] = None
     ) -> list[Experience]: ...
+
+    def end_step(self) -> None: ...
+
+    def flush(self) -> None: ...
 
     def acquire(self) -> int: ...
 
@@ -173,6 +179,13 @@ class _BaseQueue(ABC):
         self._waiters: set[Future[None]] = set()
         self._writers = 0
         self._closed = False
+        #: experiences ever inserted / ever handed to readers (absolute positions)
+        self._put_count = 0
+        self._get_count = 0
+        #: release points ``(position, kind)``: ``"step"`` (an explore step ended there: a
+        #: read may stop there with at least ``min_size`` experiences) or ``"flush"`` (the
+        #: writer waits for the reader: a read may stop there with any experience at all)
+        self._marks: deque[tuple[int, str]] = deque()
 
     # ---- subclass hooks (called with the lock held) ---------------------------------
 
@@ -181,8 +194,11 @@ class _BaseQueue(ABC):
         """Insert as many of ``exps`` as the policy allows now; returns how many it took."""
 
     @abstractmethod
-    def _try_get(self, batch_size: int) -> Optional[list[Experience]]:
-        """A batch if one is ready, ``None`` to wait; raises :class:`EndOfStream`."""
+    def _try_get(self, batch_size: int, min_size: int) -> Optional[list[Experience]]:
+        """A batch if one is ready, ``None`` to wait; raises :class:`EndOfStream`.
+
+        ``min_size`` (``1 <= min_size <= batch_size``): the fewest experiences a read may
+        return at a step's end (see :meth:`end_step`)."""
 
     def _next_event(self) -> float:
         """Monotonic time at which the state changes by itself (a cooldown ends)."""
@@ -243,6 +259,52 @@ class _BaseQueue(ABC):
     def closed(self) -> bool:
         return self._closed
 
+    # ---- step ends --------------------------------------------------------------------
+
+    def end_step(self) -> None:
+        """Mark the end of one explore step's experiences.
+
+        A read that reaches this mark with at least ``min_size`` experiences returns them
+        instead of waiting for a full batch: the trainer trains on what the step produced
+        when some of its tasks failed, instead of waiting (``max_read_timeout``) for
+        experiences that will never come. Without ``min_size`` a read ignores marks.
+        """
+        with self._cond:
+            if not self._marks or self._marks[-1][0] != self._put_count:
+                self._marks.append((self._put_count, "step"))
+            self._notify()
+
+    def flush(self) -> None:
+        """Let the next read return whatever was written so far (at least one experience).
+
+        The explorer calls this before it waits for the trainer (on-policy sync): whatever the
+        trainer still lacks for a full batch cannot come before the trainer finishes its step,
+        so waiting for it would deadlock the two.
+        """
+        with self._cond:
+            if self._put_count > self._get_count:
+                self._marks.append((self._put_count, "flush"))
+                self._notify()
+
+    def _release_size(self, available: int, batch_size: int, min_size: int) -> int:
+        """How many experiences a read may take now: ``batch_size`` when that many are
+        there, fewer at a release point, 0 to wait."""
+        for position, kind in self._marks:
+            size = position - self._get_count
+            if size <= 0:
+                continue
+            if size >= batch_size or size > available:
+                break
+            if size >= (1 if kind == "flush" else min_size):
+                return size
+        return batch_size if available >= batch_size else 0
+
+    def _taken(self, n: int) -> None:
+        """Account for ``n`` experiences handed to a reader; drop the marks behind them."""
+        self._get_count += n
+        while self._marks and self._marks[0][0] <= self._get_count:
+            self._marks.popleft()
+
     def _put_step(self, pending: list[Experience], total: int, done: int) -> int:
         if self._closed:
             raise QueueClosedError(
@@ -251,6 +313,7 @@ class _BaseQueue(ABC):
             )
         taken = self._try_put(pending)
         if taken:
+            self._put_count += taken
             self._notify()
         return taken
 
@@ -311,17 +374,27 @@ class _BaseQueue(ABC):
             f"{batch_size} experiences, {self.qsize()} available; is the explorer producing?"
         )
 
-    def get(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]:
-        """Exactly ``batch_size`` experiences (fewer only from a closed queue's remainder).
+    @staticmethod
+    def _min_size(batch_size: int, min_size: Optional[int]) -> int:
+        if not min_size:
+            return batch_size
+        return max(1, min(int(min_size), batch_size))
+
+    def get(
+        self, batch_size: int, timeout: Optional[float] = None, min_size: Optional[int] = None
+    ) -> list[Experience]:
+        """``batch_size`` experiences; fewer from a closed queue's remainder, at a step's end
+        with at least ``min_size`` (:meth:`end_step`), or after a :meth:`flush`.
 
         Raises :class:`QueueReadTimeout` after ``timeout`` seconds and :class:`EndOfStream`
         when the queue is closed and empty.
         """
         self._check_batch(batch_size)
+        least = self._min_size(batch_size, min_size)
         until = _deadline(timeout)
         with self._cond:
             while True:
-                batch = self._try_get(batch_size)
+                batch = self._try_get(batch_size, least)
                 if batch is not None:
                     self._notify()
                     return batch
@@ -331,13 +404,16 @@ class _BaseQueue(ABC):
                 wait = min(until, self._next_event()) - now
                 self._cond.wait(None if wait == math.inf else max(wait, 0.0))
 
-    async def get_async(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]:
+    async def get_async(
+        self, batch_size: int, timeout: Optional[float] = None, min_size: Optional[int] = None
+    ) -> list[Experience]:
         """Coroutine :meth:`get`; cancellation-safe (nothing is popped unless returned)."""
         self._check_batch(batch_size)
+        least = self._min_size(batch_size, min_size)
         until = _deadline(timeout)
         while True:
             with self._cond:
-                batch = self._try_get(batch_size)
+                batch = self._try_get(batch_size, least)
                 if batch is not None:
                     self._notify()
                     return batch
@@ -368,16 +444,16 @@ class ExperienceQueue(_BaseQueue):
         self._items.extend(exps[:n])
         return n
 
-    def _try_get(self, batch_size: int) -> Optional[list[Experience]]:
-        if len(self._items) >= batch_size:
-            return [self._items.popleft() for _ in range(batch_size)]
-        if self._closed:
+    def _try_get(self, batch_size: int, min_size: int) -> Optional[list[Experience]]:
+        size = self._release_size(len(self._items), batch_size, min_size)
+        if not size and self._closed:
             if not self._items:
                 raise EndOfStream
-            batch = list(self._items)
-            self._items.clear()
-            return batch
-        return None
+            size = len(self._items)
+        if not size:
+            return None
+        self._taken(size)
+        return [self._items.popleft() for _ in range(size)]
 
     def qsize(self) -> int:
         return len(self._items)
@@ -446,14 +522,21 @@ class PriorityReplayQueue(_BaseQueue):
             self._insert(exp, 0)
         return len(exps)
 
-    def _try_get(self, batch_size: int) -> Optional[list[Experience]]:
+    def _try_get(self, batch_size: int, min_size: int) -> Optional[list[Experience]]:
+        # a replay queue has no order to mark positions in: a step's end (or a flush) lets a
+        # read take what is readable, at least ``min_size`` (any, after a flush)
         self._refill()
         if len(self._entries) < batch_size:
-            if not self._closed:
+            marks = {kind for position, kind in self._marks if position > self._get_count}
+            least = 1 if "flush" in marks else (min_size if "step" in marks else batch_size)
+            if self._closed:
+                if not self._entries:
+                    raise EndOfStream
+            elif len(self._entries) < least:
                 return None
-            if not self._entries:
-                raise EndOfStream
             batch_size = len(self._entries)
+        self._get_count = self._put_count  # every mark so far is served by this read
+        self._marks.clear()
         taken = [self._entries.pop() for _ in range(batch_size)]  # highest priority first
         now = time.monotonic()
         out = []
@@ -557,6 +640,26 @@ class QueueWriter(BufferWriter):
     async def write_async(self, exps: Sequence[Experience]) -> None:
         await self.queue.put_async(list(exps), timeout=self.write_timeout)
 
+    def end_step(self) -> None:
+        self.queue.end_step()
+
+    async def end_step_async(self) -> None:
+        method = getattr(self.queue, "end_step_async", None)
+        if callable(method):
+            await method()
+        else:
+            self.queue.end_step()
+
+    def flush(self) -> None:
+        self.queue.flush()
+
+    async def flush_async(self) -> None:
+        method = getattr(self.queue, "flush_async", None)
+        if callable(method):
+            await method()
+        else:
+            self.queue.flush()
+
     def acquire(self) -> int:
         return self.queue.acquire()
 
@@ -565,15 +668,18 @@ class QueueWriter(BufferWriter):
 
 
 class QueueReader(BufferReader):
-    """Reads exactly ``batch_size`` experiences per call, waiting up to ``max_read_timeout``."""
+    """Reads ``batch_size`` experiences per call, waiting up to ``max_read_timeout``; fewer
+    at an explore step's end when the step produced at least ``min_batch_size`` (set from
+    ``explorer.min_batch_fraction``), and after the writer's flush."""
 
     def __init__(self, storage_config: Any, queue: Optional[QueueLike] = None) -> None:
         super().__init__(storage_config)
         self.queue: QueueLike = queue if queue is not None else get_queue(storage_config)
         self.timeout: float = float(getattr(storage_config, "max_read_timeout", 1800))
+        self.min_size: Optional[int] = getattr(storage_config, "min_batch_size", None) or None
 
     def _read(self, batch_size: int) -> list[Experience]:
-        return self.queue.get(batch_size, timeout=self.timeout)
+        return self.queue.get(batch_size, timeout=self.timeout, min_size=self.min_size)
 
     async def _read_async(self, batch_size: int) -> list[Experience]:
-        return await self.queue.get_async(batch_size, timeout=self.timeout)
+        return await self.queue.get_async(batch_size, timeout=self.timeout, min_size=self.min_size)

@@ -69,11 +69,20 @@ class QueueActor:
         except (QueueWriteTimeout, QueueClosedError) as exc:
             return _outcome(exc)
 
-    def get(self, batch_size: int, timeout: Optional[float]) -> tuple[str, Any]:
+    def get(
+        self, batch_size: int, timeout: Optional[float], min_size: Optional[int] = None
+    ) -> tuple[str, Any]:
         try:
-            return "ok", Experience.serialize_many(self.queue.get(batch_size, timeout=timeout))
+            exps = self.queue.get(batch_size, timeout=timeout, min_size=min_size)
+            return "ok", Experience.serialize_many(exps)
         except (EndOfStream, QueueReadTimeout, StorageConfigError, ValueError) as exc:
             return _outcome(exc)
+
+    def end_step(self) -> None:
+        self.queue.end_step()
+
+    def flush(self) -> None:
+        self.queue.flush()
 
     def acquire(self) -> int:
         return self.queue.acquire()
@@ -113,13 +122,29 @@ class RayQueueClient:
             payload = Experience.serialize_many(list(exps))
             _raise_for(*(await self.actor.put.remote(payload, timeout)))
 
-    def get(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]:
-        payload = _raise_for(*ray.get(self.actor.get.remote(batch_size, timeout)))
+    def get(
+        self, batch_size: int, timeout: Optional[float] = None, min_size: Optional[int] = None
+    ) -> list[Experience]:
+        payload = _raise_for(*ray.get(self.actor.get.remote(batch_size, timeout, min_size)))
         return Experience.deserialize_many(payload)
 
-    async def get_async(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]:
-        payload = _raise_for(*(await self.actor.get.remote(batch_size, timeout)))
+    async def get_async(
+        self, batch_size: int, timeout: Optional[float] = None, min_size: Optional[int] = None
+    ) -> list[Experience]:
+        payload = _raise_for(*(await self.actor.get.remote(batch_size, timeout, min_size)))
         return Experience.deserialize_many(payload)
+
+    def end_step(self) -> None:
+        ray.get(self.actor.end_step.remote())
+
+    async def end_step_async(self) -> None:
+        await self.actor.end_step.remote()
+
+    def flush(self) -> None:
+        ray.get(self.actor.flush.remote())
+
+    async def flush_async(self) -> None:
+        await self.actor.flush.remote()
 
     def acquire(self) -> int:
         return ray.get(self.actor.acquire.remote())

@@ -510,6 +510,18 @@ class TasksetScheduler:
         except StopIteration:
             raise StopAsyncIteration from None
 
+    def draw(self, count: int) -> list[Task]:
+        """``count`` more tasks in schedule order, not counted as a step and ignoring the
+        epoch limit (the explorer's replacements for failed tasks)."""
+        with self._lock:
+            total = len(self._base)
+            ids = _cyclic(lambda pos: self._order(pos // total), self.position, count)
+            batch: list[Task] = []
+            for taskset_id, n in Counter(ids).items():
+                batch.extend(self.readers[taskset_id].draw(n))
+            self.position += count
+            return batch
+
     def update(self, pipeline_metrics: dict[str, Any]) -> None:
         """Feed a pipeline's pass rates back to each task set's selector.
 

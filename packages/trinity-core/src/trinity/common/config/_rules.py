@@ -433,6 +433,9 @@ def _rule_buffer(c: _Checker, cfg: Config) -> None:
         if not exp.name:
             _set_derived(exp, "name", DEFAULT_EXPERIENCE_BUFFER_NAME)
         _set_derived(exp, "batch_size", tbs)
+        if cfg.mode in ("both", "explore") and tbs:
+            least = math.ceil(cfg.explorer.min_batch_fraction * tbs)
+            _set_derived(exp, "min_batch_size", max(1, min(least, tbs)))
         _set_derived(exp, "tokenizer_path", cfg.model.model_path or None)
         _set_derived(exp, "ray_namespace", exp.ray_namespace or cfg.ray_namespace)
         if exp.format.chat_template is None:

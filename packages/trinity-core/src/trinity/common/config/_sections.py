@@ -265,6 +265,14 @@ class StorageConfig(_Section):
     total_epochs: int = Field(1, ge=1, description="Set from buffer.total_epochs.")
     total_steps: Optional[int] = Field(None, ge=1, description="Set from buffer.total_steps.")
     batch_size: int = Field(0, ge=0, description="Set from buffer.(train_)batch_size.")
+    min_batch_size: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Set from explorer.min_batch_fraction: at an explore step's end a queue read may "
+            "return this many experiences instead of a full batch."
+        ),
+    )
     tokenizer_path: Optional[str] = Field(None, description="Set from model.model_path.")
     is_eval: bool = Field(False, description="Set for eval task sets.")
 
@@ -693,6 +701,23 @@ class ExplorerConfig(_Section):
     runner_per_model: int = Field(8, ge=1, description="Workflow runners per rollout engine.")
     max_timeout: int = Field(1800, ge=1, description="Seconds a task may run.")
     max_retry_times: int = Field(2, ge=0, description="Retries of a failed or timed-out task.")
+    min_batch_fraction: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "Fraction of a step's tasks that must succeed; below it the explorer runs "
+            "replacement tasks. The trainer trains on what the step produced."
+        ),
+    )
+    max_replacement_rounds: int = Field(
+        3,
+        ge=0,
+        description=(
+            "Rounds of replacement tasks per explore step before it gives up on "
+            "min_batch_fraction (a step with no experience at all stops the run)."
+        ),
+    )
     env_vars: Annotated[dict[str, str], BeforeValidator(_stringify_values)] = Field(
         default_factory=dict, description="Environment variables for workflow runners."
     )
