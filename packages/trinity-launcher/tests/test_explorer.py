@@ -401,3 +401,59 @@ def test_the_command_line_runs_explore_mode(tmp_path, engine, plugin_dir, monkey
     assert len(started) == 1
     with pytest.raises(ray.exceptions.RayActorError):  # the explorer stopped its engine
         ray.get(started[0].ready.remote(), timeout=30)
+
+
+def test_failed_tasks_are_replaced_up_to_min_batch_fraction(tmp_path, engine, plugin_dir):
+    """Rows 0 and 1 always fail; with min_batch_fraction 1 the first step runs two
+    replacement tasks (the next rows), which are not counted as steps."""
+    config = checked(write_config(tmp_path, rows=12, total_steps=2))
+    config.buffer.explorer_input.eval_tasksets = []
+    rows = [{"prompt": f"q{i}", "rewards": [1.0, 1.0], **({"fail": True} if i < 2 else {})}
+            for i in range(12)]
+    write_jsonl(Path(config.buffer.explorer_input.taskset.path), rows)
+    config.explorer.min_batch_fraction = 1.0
+    explorer = Explorer(
+        config, rollout_engines=[engine], auxiliary_engines=[], plugin_dirs=[plugin_dir]
+    )
+
+    async def go():
+        await explorer.prepare()
+        try:
+            await explorer.explore()
+        finally:
+            await explorer.shutdown()
+
+    asyncio.run(go())
+    assert explorer.step == 2
+    step1, step2 = metrics_lines(config)
+    assert step1["runner/tasks"] == 5 and step1["runner/failed_tasks"] == 2
+    assert step1["rollout/replacement_tasks"] == 2 and step1["rollout/replacement_rounds"] == 1
+    assert step1["rollout/experiences"] == 6  # 3 successful tasks x 2 runs
+    assert step2["rollout/replacement_tasks"] == 0 and step2["runner/tasks"] == 3
+    exps = read_all(config.buffer.trainer_input.experience_buffer)
+    rows_run = sorted({e.info["task_index"]["index"] for e in exps})
+    assert rows_run == [2, 3, 4, 5, 6, 7]  # replacements took rows 3 and 4; step 2 rows 5-7
+
+
+def test_a_step_whose_every_task_fails_stops_the_run_with_the_error(tmp_path, engine, plugin_dir):
+    config = checked(write_config(tmp_path, rows=12, total_steps=2))
+    config.buffer.explorer_input.eval_tasksets = []
+    write_jsonl(
+        Path(config.buffer.explorer_input.taskset.path),
+        [{"prompt": f"q{i}", "fail": True} for i in range(12)],
+    )
+    config.explorer.max_replacement_rounds = 1
+    explorer = Explorer(
+        config, rollout_engines=[engine], auxiliary_engines=[], plugin_dirs=[plugin_dir]
+    )
+
+    async def go():
+        await explorer.prepare()
+        try:
+            await explorer.explore_step()
+        finally:
+            await explorer.shutdown()
+
+    with pytest.raises(RuntimeError, match=r"explore step 1: none of its 5 tasks produced"):
+        asyncio.run(go())
+    assert explorer.step == 0  # the step was not committed

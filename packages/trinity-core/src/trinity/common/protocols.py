@@ -24,7 +24,9 @@ class ExperienceReader(Protocol):
     * ``batch_size=None`` means "the reader's own batch size" (for the trainer's main buffer,
       ``buffer.train_batch_size``); an explicit ``batch_size`` asks for that many.
     * A call returns at most ``batch_size`` experiences, and fewer only when the source is
-      ending (the last partial batch of a file); a live queue waits for data instead.
+      ending (the last partial batch of a file) or, for a live queue, at the end of an explore
+      step that produced less than a batch (failed tasks; at least the storage's
+      ``min_batch_size``); otherwise a live queue waits for data.
     * When the source is exhausted (a finished file, a closed queue) ``read`` raises
       ``StopIteration`` and ``read_async`` raises ``StopAsyncIteration``, mirroring Trinity-RFT.
     * Every returned experience is handed over: the reader does not return it again (a

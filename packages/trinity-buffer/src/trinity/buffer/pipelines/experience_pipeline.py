@@ -292,6 +292,9 @@ class ExperiencePipeline:
         written (possibly nothing) and the operators' metrics, after the operators and before
         the write, synchronously: a caller that checkpoints what it has produced (the mode
         ``both`` explorer) records there the exact experiences the buffer is about to get.
+
+        Each call ends with the writer's ``end_step`` (where it has one): a call is one explore
+        step, and a queue lets its reader stop at a step's end.
         """
         start = time.perf_counter()
         writer = self._require_writer()
