@@ -408,8 +408,10 @@ def test_failed_tasks_are_replaced_up_to_min_batch_fraction(tmp_path, engine, pl
     replacement tasks (the next rows), which are not counted as steps."""
     config = checked(write_config(tmp_path, rows=12, total_steps=2))
     config.buffer.explorer_input.eval_tasksets = []
-    rows = [{"prompt": f"q{i}", "rewards": [1.0, 1.0], **({"fail": True} if i < 2 else {})}
-            for i in range(12)]
+    rows = [
+        {"prompt": f"q{i}", "rewards": [1.0, 1.0], **({"fail": True} if i < 2 else {})}
+        for i in range(12)
+    ]
     write_jsonl(Path(config.buffer.explorer_input.taskset.path), rows)
     config.explorer.min_batch_fraction = 1.0
     explorer = Explorer(

@@ -47,6 +47,7 @@ class BufferWriter(ABC):
         """Mark the end of one explore step's experiences (see
         :meth:`trinity.buffer.storage.queue.ExperienceQueue.end_step`). Storages that are not
         read while they are written (files, SQL tables read by a later run) ignore it."""
+        return None
 
     async def end_step_async(self) -> None:
         """Asynchronous :meth:`end_step`."""
@@ -55,10 +56,22 @@ class BufferWriter(ABC):
     def flush(self) -> None:
         """Let the reader take whatever was written so far, even less than a batch: the
         writer is about to wait for the reader. A no-op where reads never wait for a batch."""
+        return None
 
     async def flush_async(self) -> None:
         """Asynchronous :meth:`flush`."""
         self.flush()
+
+    def position(self) -> Any:
+        """Where the storage ends now (JSON-able), for :meth:`truncate`; ``None`` where a
+        storage cannot be cut back (a live queue: its reader has taken what it holds)."""
+        return None
+
+    def truncate(self, position: Any) -> int:
+        """Remove what was written after :meth:`position` returned ``position``; returns how
+        many experiences went. A resumed explorer calls this so that the rows of a step it
+        was killed in (written, but not recorded as done) are not there twice."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be cut back to a position")
 
     def acquire(self) -> int:
         """Register this writer as a live producer; returns the storage's writer count."""

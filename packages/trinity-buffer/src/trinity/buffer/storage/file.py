@@ -369,6 +369,36 @@ class FileWriter(BufferWriter):
             assert self._parquet is not None
             self._parquet.append(exps)
 
+    def position(self) -> Any:
+        """jsonl: the file's size (after a torn tail is repaired); parquet: the part names."""
+        if self._jsonl is not None:
+            self._jsonl.repair()
+            return os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        assert self._parquet is not None
+        return self._parquet.parts()
+
+    def truncate(self, position: Any) -> int:
+        if self._jsonl is not None:
+            if not os.path.exists(self.path):
+                return 0
+            with self._jsonl._locked() as fd:
+                size = os.fstat(fd).st_size
+                end = int(position or 0)
+                if size <= end:
+                    return 0
+                groups, _ = _parse_groups(os.pread(fd, size - end, end), end)
+                os.ftruncate(fd, end)
+                removed = sum(len(lines) for _, _, lines in groups)
+                return removed
+        assert self._parquet is not None
+        keep = set(position or [])
+        removed = 0
+        for part in self._parquet.parts():
+            if part not in keep:
+                removed += len(self._parquet.load(part))
+                os.unlink(os.path.join(self.path, part))
+        return removed
+
     def release(self) -> int:
         if self._jsonl is not None:
             self._jsonl.close()

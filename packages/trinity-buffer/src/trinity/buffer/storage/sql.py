@@ -38,6 +38,7 @@ from sqlalchemy import (
     String,
     Table,
     create_engine,
+    delete,
     event,
     func,
     insert,
@@ -202,6 +203,26 @@ class SQLStorage:
 
         return self._retry(_do)
 
+    def last_id(self) -> int:
+        """The largest row id (0 for an empty table)."""
+
+        def _do() -> int:
+            with self.engine.connect() as conn:
+                found = conn.execute(select(func.max(self.table.c.id))).scalar_one()
+                return int(found or 0)
+
+        return self._retry(_do)
+
+    def delete_after(self, last_id: int) -> int:
+        """Delete the rows with ``id > last_id`` in one transaction; returns how many."""
+
+        def _do() -> int:
+            with self.engine.begin() as conn:
+                result = conn.execute(delete(self.table).where(self.table.c.id > last_id))
+                return int(result.rowcount or 0)
+
+        return self._retry(_do)
+
     def count(self) -> int:
         """Rows in the table."""
         with self.engine.connect() as conn:
@@ -217,6 +238,12 @@ class SQLWriter(BufferWriter):
 
     def write(self, exps: Sequence[Experience]) -> None:
         self.storage.insert(list(exps))
+
+    def position(self) -> int:
+        return self.storage.last_id()
+
+    def truncate(self, position: Any) -> int:
+        return self.storage.delete_after(int(position or 0))
 
 
 class SQLReader(OfflineReader):
