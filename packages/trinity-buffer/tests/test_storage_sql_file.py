@@ -300,3 +300,25 @@ def test_sql_storage_on_postgresql():
     resumed = get_buffer_reader(cfg("sql", POSTGRES_URL, name=name))
     resumed.load_state_dict(state)
     assert same(first + read_all(resumed), exps)
+
+
+@pytest.mark.parametrize("kind", ["sql", "jsonl", "parquet"])
+def test_a_writer_cuts_back_to_a_recorded_position(tmp_path, kind):
+    """A resumed explorer removes the rows of the step it was killed in (written after the
+    position it recorded), so a redone step is not stored twice."""
+    path = {"sql": "exps.db", "jsonl": "exps.jsonl", "parquet": "exps.parquet"}[kind]
+    config = cfg("sql" if kind == "sql" else "file", str(tmp_path / path))
+    writer = get_buffer_writer(config)
+    empty = writer.position()
+    assert writer.truncate(empty) == 0
+    first = make_exps(3)
+    writer.write(first)
+    mark = json.loads(json.dumps(writer.position()))  # JSON-able: it goes into a state file
+    writer.write(make_exps(2, start=3))
+    writer.write(make_exps(4, start=5))
+    assert writer.truncate(mark) == 6
+    assert writer.position() == mark
+    assert same(read_all(get_buffer_reader(config)), first)
+    writer.write(make_exps(2, start=10))  # writing goes on after the cut
+    assert len(read_all(get_buffer_reader(config))) == 5
+    writer.release()

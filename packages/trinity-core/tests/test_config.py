@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -800,3 +801,48 @@ def test_public_names_are_exported() -> None:
     for name in config_module.__all__:
         assert hasattr(config_module, name), name
     assert config_module.FormatConfig is FormatConfig
+
+
+# ------------------------------------------------------------------------ earlier runs
+
+
+@pytest.mark.parametrize("mode", ["both", "explore", "train"])
+def test_a_run_that_may_not_resume_is_renamed_beside_the_earlier_one(
+    tmp_path: Path, cuda, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """continue_from_checkpoint false over an earlier run's output: Trinity-RFT's rule, the
+    new run is named <name>_<timestamp> (never appended to, or mixed with, the old one)."""
+    data = runnable(checkpoint_root_dir=str(tmp_path), name="exp", mode=mode)
+    if mode == "train":
+        data["buffer"]["trainer_input"] = {"experience_buffer": {"path": "/data/exps"}}
+        data["buffer"]["train_batch_size"] = 4
+        data["algorithm"] = {"algorithm_type": "sft"}
+    config = load_config(dict(data, continue_from_checkpoint=False))
+    config.check_and_update()
+    assert config.name == "exp"  # nothing there yet: no rename
+    (Path(config.checkpoint_job_dir) / "metrics.jsonl").parent.mkdir(parents=True)
+    (Path(config.checkpoint_job_dir) / "metrics.jsonl").write_text("{}\n")
+
+    again = load_config(dict(data, continue_from_checkpoint=False))
+    with caplog.at_level(logging.WARNING):
+        again.check_and_update()
+    assert again.name.startswith("exp_") and len(again.name) == len("exp_20261125010203")
+    assert again.checkpoint_job_dir == os.path.join(
+        os.path.dirname(config.checkpoint_job_dir), again.name
+    )
+    assert f"this run is renamed {again.name!r}" in caplog.text
+    resumed = load_config(data)  # continue_from_checkpoint (the default): the same directory
+    resumed.check_and_update()
+    assert resumed.name == "exp" and resumed.checkpoint_job_dir == config.checkpoint_job_dir
+
+
+def test_bench_is_never_renamed(tmp_path: Path, cuda) -> None:
+    data = runnable(checkpoint_root_dir=str(tmp_path), name="exp", mode="bench")
+    data["buffer"]["explorer_input"]["eval_tasksets"] = [{"path": "/data/tasks"}]
+    config = load_config(dict(data, continue_from_checkpoint=False))
+    config.check_and_update()
+    Path(config.checkpoint_job_dir).mkdir(parents=True)
+    (Path(config.checkpoint_job_dir) / "global_step_1").mkdir()
+    again = load_config(dict(data, continue_from_checkpoint=False))
+    again.check_and_update()
+    assert again.name == "exp"

@@ -56,6 +56,7 @@ from typing import Any, Optional
 
 from trinity.common.config import Config
 from trinity.common.experience import Experience
+from trinity.launcher.resume import atomic_write, truncate_metrics
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -271,15 +272,6 @@ def _json_scalars(metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_explorer_checkpoint(
     step_dir: str, state: dict[str, Any], experiences: list[Experience]
 ) -> None:
@@ -288,11 +280,9 @@ def write_explorer_checkpoint(
     directory = os.path.join(step_dir, EXPLORER_DIR)
     os.makedirs(directory, exist_ok=True)
     data = Experience.serialize_many(experiences) if experiences else b""
-    _atomic_write(os.path.join(directory, EXPLORER_EXPERIENCES_FILE), data)
+    atomic_write(os.path.join(directory, EXPLORER_EXPERIENCES_FILE), data)
     state = dict(state, experiences=len(experiences))
-    _atomic_write(
-        os.path.join(directory, EXPLORER_STATE_FILE), json.dumps(state, indent=1).encode()
-    )
+    atomic_write(os.path.join(directory, EXPLORER_STATE_FILE), json.dumps(state, indent=1).encode())
 
 
 def read_explorer_checkpoint(step_dir: str) -> Optional[tuple[dict[str, Any], list[Experience]]]:
@@ -311,28 +301,6 @@ def read_explorer_checkpoint(step_dir: str) -> Optional[tuple[dict[str, Any], li
             f"{EXPLORER_STATE_FILE} says {state.get('experiences')}"
         )
     return state, exps
-
-
-def truncate_metrics(path: str, last_step: int) -> int:
-    """Keep the records of steps up to ``last_step`` in ``metrics.jsonl`` (a resumed run
-    writes the later ones again); returns how many were dropped. A torn last line goes too."""
-    if not os.path.isfile(path):
-        return 0
-    kept: list[str] = []
-    dropped = 0
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            step = int(json.loads(line)["step"])
-        except (ValueError, KeyError, TypeError):
-            dropped += 1
-            continue
-        if step <= last_step:
-            kept.append(line)
-        else:
-            dropped += 1
-    if dropped:
-        _atomic_write(path, "".join(f"{line}\n" for line in kept).encode("utf-8"))
-    return dropped
 
 
 async def run_both_async(
@@ -680,8 +648,8 @@ def _read_resume_state(config: Config, step: int) -> tuple[dict[str, Any], list[
 
     job_dir = config.checkpoint_job_dir
     way_out = (
-        "choose another name, or set continue_from_checkpoint: false to start over "
-        "(that overwrites the checkpoints)"
+        "choose another name, or set continue_from_checkpoint: false to start a new run "
+        "(named <name>_<timestamp>; this one is left untouched)"
     )
     exp = config.buffer.trainer_input.experience_buffer
     replay = getattr(getattr(exp, "replay_buffer", None), "enable", False)
@@ -731,7 +699,7 @@ def _check_fingerprint(config: Config, explorer: Any, step: int, state: dict[str
             f"with other settings ({'; '.join(changed)}); a mode 'both' run resumes only with "
             "the task sets, batch sizes, repeat_times and algorithm it was started with: "
             "restore them, choose another name, or set continue_from_checkpoint: false to "
-            "start over (that overwrites the checkpoints)"
+            "start a new run (named <name>_<timestamp>; this one is left untouched)"
         )
 
 

@@ -317,6 +317,9 @@ class Explorer:
         self.generation_lock: Optional[asyncio.Lock] = None
         #: metrics of committed steps not yet logged (their write is in progress), by step
         self.unlogged: dict[int, dict[str, Any]] = {}
+        #: mode explore's resume record (:class:`trinity.launcher.resume.ExploreProgress`):
+        #: :meth:`explore` saves it after every step and evaluation
+        self.record: Any = None
         self._committed: dict[str, Any] = self._current_state()
 
     # ------------------------------------------------------------------ lifecycle
@@ -593,13 +596,24 @@ class Explorer:
         Returns the last step's metrics.
         """
         interval = self.config.explorer.eval_interval
+        record = self.record
         if self.progress is not None:
             self.progress.start(completed=self.step)
-        if self.eval_readers and self.config.explorer.eval_on_startup and self.step == 0:
+        if record is not None and record.state is not None:  # resumed: was its eval done?
+            first_eval = record.needs_eval()
+        else:
+            first_eval = self.config.explorer.eval_on_startup and self.step == 0
+        if self.eval_readers and first_eval:
             await self.eval()
+            if record is not None:
+                record.save(self, evaluated=True)
         while await self.explore_step():
+            if record is not None:
+                record.save(self)
             if self.eval_readers and self.step % interval == 0:
                 await self.eval()
+                if record is not None:
+                    record.save(self, evaluated=True)
         logger.info("Exploration finished after %d steps", self.step)
         return self.last_metrics
 

@@ -116,6 +116,26 @@ def ray_session(config: Config) -> Iterator[None]:
         ray.shutdown()
 
 
+class _LazyMonitor:
+    """``create_monitor(config)`` at the first record: a resumed mode ``explore`` run cuts
+    ``metrics.jsonl`` back before anything opens it."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._monitor: Any = None
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        if self._monitor is None:
+            from trinity.launcher.monitor import create_monitor
+
+            self._monitor = create_monitor(self.config)
+        self._monitor.log(metrics, step)
+
+    def close(self) -> None:
+        if self._monitor is not None:
+            self._monitor.close()
+
+
 def _build_explorer(config: Config, **kwargs: Any) -> Explorer:
     try:
         return Explorer(config, **kwargs)
@@ -126,6 +146,8 @@ def _build_explorer(config: Config, **kwargs: Any) -> Explorer:
 async def _drive(explorer: Explorer, run: Callable[[], Awaitable[T]]) -> T:
     try:
         await explorer.prepare()
+        if explorer.record is not None and explorer.pipeline is not None:
+            explorer.record.restore_output(explorer.pipeline.writer)
         return await run()
     finally:
         await explorer.shutdown()
@@ -138,7 +160,25 @@ def _run(
         raise LaunchInputError(
             f"mode: run_{mode} needs mode '{mode}', the config has {config.mode!r}"
         )
+    record = None
+    if mode == "explore" and config.checkpoint_job_dir:
+        from trinity.launcher.resume import ExploreProgress
+
+        # before the explorer opens metrics.jsonl: a resume cuts it back first
+        record = ExploreProgress(config)
+        explorer_options.setdefault("monitor", _LazyMonitor(config))
+    else:
+        logger.info(
+            "mode bench does not resume: it evaluates the model and every checkpoint of its "
+            "directory each time it runs"
+        )
     explorer = _build_explorer(config, **explorer_options)
+    if record is not None:
+        try:
+            record.load(explorer)
+        except ValueError as exc:
+            raise LaunchInputError(str(exc)) from exc
+        explorer.record = record
     total = explorer.total_steps if mode == "explore" else None
     if progress is None:
         progress = ProgressReporter(total_steps=total, description=mode)

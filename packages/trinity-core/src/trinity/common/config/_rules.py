@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import TYPE_CHECKING, Union
 
 from ._errors import _fmt_loc
@@ -377,6 +378,31 @@ def _fill_taskset(
         _set_derived(taskset, "data_selector", taskset.task_selector)
 
 
+def _rename_over_earlier_run(c: _Checker, cfg: Config) -> None:
+    """Trinity-RFT's rule: with ``continue_from_checkpoint: false``, a run whose directory
+    already holds an earlier run's output is renamed ``<name>_<timestamp>``, so it neither
+    resumes nor appends to (or overwrites) what is there. Bench reads the checkpoints of its
+    directory and is never renamed; a ``stages:`` config decides per stage."""
+    if cfg.continue_from_checkpoint or cfg.mode not in ("both", "train", "explore"):
+        return
+    if cfg.stages:
+        return
+    job_dir = cfg.get_checkpoint_job_dir()
+    if not os.path.isdir(job_dir) or not os.listdir(job_dir):
+        return
+    old_namespace = "/".join(p for p in (cfg.project, cfg.group, cfg.name) if p)
+    cfg.name = f"{cfg.name}_{time.strftime('%Y%m%d%H%M%S')}"
+    if cfg.ray_namespace == old_namespace:
+        _set_derived(
+            cfg, "ray_namespace", "/".join(p for p in (cfg.project, cfg.group, cfg.name) if p)
+        )
+    c.warn(
+        f"continue_from_checkpoint is false and {job_dir} holds an earlier run's output: "
+        f"this run is renamed {cfg.name!r} and writes to {cfg.get_checkpoint_job_dir()} "
+        "(the earlier run is left untouched; set continue_from_checkpoint: true to resume it)"
+    )
+
+
 def _rule_buffer(c: _Checker, cfg: Config) -> None:
     buffer = cfg.buffer
     algo = cfg.algorithm
@@ -508,6 +534,7 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
     if cfg.checkpoint_root_dir:
         root = os.path.abspath(cfg.checkpoint_root_dir)
         _set_derived(cfg, "checkpoint_root_dir", root)
+        _rename_over_earlier_run(c, cfg)
         job_dir = cfg.get_checkpoint_job_dir()
         _set_derived(cfg, "checkpoint_job_dir", job_dir)
         _set_derived(cfg.log, "save_dir", os.path.join(job_dir, "log"))

@@ -10,6 +10,7 @@ counter, optimizer and lr schedule, and the data set position.
 from __future__ import annotations
 
 import math
+import os
 import time
 from functools import partial
 from typing import Any, Optional
@@ -152,7 +153,16 @@ def _run_train(config: Config, monitor: Any, progress: Any) -> dict[str, float]:
     trainer = build_trainer(config)
     try:
         if config.continue_from_checkpoint:
-            trainer.resume()
+            step = trainer.resume()
+            if step and config.checkpoint_job_dir:
+                # the steps after the checkpoint run again: their old records go
+                from trinity.launcher.monitor import METRICS_FILE
+                from trinity.launcher.resume import truncate_metrics
+
+                path = os.path.join(config.checkpoint_job_dir, METRICS_FILE)
+                dropped = truncate_metrics(path, int(step))
+                if dropped:
+                    logger.info("Resumed at step %d: %d later records dropped", step, dropped)
         monitor = monitor or create_monitor(config)
         return _train_loop(config, trainer, monitor, progress)
     finally:

@@ -1,0 +1,178 @@
+"""Resuming ``mode: explore``: a run SIGKILLed mid-way and restarted with the same command
+writes each step's experiences exactly once, numbered and sampled as an uninterrupted run
+writes them, and ``metrics.jsonl`` holds every step once. A run that may not resume is renamed
+``<name>_<timestamp>`` and says so; mode ``bench`` says it does not resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("ray")
+
+STEPS = 8
+
+
+@pytest.fixture
+def explore_config(tmp_path, model_path, arithmetic_tasks):
+    tasks = arithmetic_tasks(tmp_path, 25)
+
+    def write(name: str, **over) -> Path:
+        config = {
+            "mode": "explore",
+            "project": "resume",
+            "name": name,
+            "checkpoint_root_dir": str(tmp_path / "ckpt"),
+            "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
+            "model": {"model_path": model_path, "max_prompt_tokens": 32, "max_response_tokens": 4},
+            "cluster": {"gpu_per_node": 0},
+            "buffer": {
+                "batch_size": 4,
+                "total_steps": STEPS,
+                "total_epochs": 10,
+                "explorer_input": {
+                    "taskset": {
+                        "name": "arithmetic",
+                        "path": str(tasks),
+                        "format": {"prompt_key": "question", "response_key": "answer"},
+                        "default_workflow_type": "arithmetic_workflow",
+                        "data_selector": {"selector_type": "shuffle", "seed": 3},
+                    }
+                },
+                "trainer_input": {
+                    "experience_buffer": {
+                        "name": "exps",
+                        "storage_type": "sql",
+                        "path": str(tmp_path / f"{name}.db"),
+                    }
+                },
+            },
+            "explorer": {
+                "runner_per_model": 2,
+                "eval_on_startup": False,
+                "rollout_model": {"engine_type": "transformers", "dtype": "float32", "seed": 1},
+            },
+            **over,
+        }
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    return write
+
+
+def launch(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    ray_tmp = tempfile.mkdtemp(prefix="tr-ray-")
+    env = dict(os.environ, TRINITY_RAY_TMPDIR=ray_tmp, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    with open(log, "a") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trinity.launcher.cli", "run", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # its own process group: Ray's processes die with it
+        )
+    return proc, ray_tmp
+
+
+def run_to_end(config: Path, log: Path) -> str:
+    proc, ray_tmp = launch(config, log)
+    try:
+        proc.wait(timeout=600)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    out = log.read_text()
+    assert proc.returncode == 0, out[-6000:]
+    return out
+
+
+def rows(db: Path) -> list[tuple[str, bytes]]:
+    """``(eid, experience bytes)`` of every row, in insertion order."""
+    with sqlite3.connect(db) as conn:
+        table = conn.execute("select name from sqlite_master where type='table'").fetchone()[0]
+        return [(e, bytes(b)) for e, b in conn.execute(f"select eid, exp_bytes from {table}")]
+
+
+def tokens(db: Path) -> dict[str, list[int]]:
+    from trinity.common.experience import Experience
+
+    return {eid: Experience.deserialize(data).tokens.tolist() for eid, data in rows(db)}
+
+
+def steps_of(run: Path) -> list[int]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["step"] for line in lines]
+
+
+@pytest.mark.slow
+def test_a_killed_explore_run_resumes_without_doubling_its_output(tmp_path, explore_config):
+    run_to_end(explore_config("straight"), tmp_path / "straight.log")
+    straight = tokens(tmp_path / "straight.db")
+    assert len(straight) == STEPS * 4 * 2
+    assert steps_of(tmp_path / "ckpt" / "resume" / "straight") == list(range(1, STEPS + 1))
+
+    config = explore_config("killed")
+    run = tmp_path / "ckpt" / "resume" / "killed"
+    state_file = run / "explorer" / "explore_state.json"
+    proc, ray_tmp = launch(config, tmp_path / "killed.log")
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline:
+            if state_file.exists() and json.loads(state_file.read_text())["step"] >= 3:
+                break
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-4000:]
+    killed_at = json.loads(state_file.read_text())["step"]
+    assert 3 <= killed_at < STEPS
+    # the killed run may have written the rows of a step it did not finish recording
+    assert len(rows(tmp_path / "killed.db")) >= killed_at * 8
+
+    out = run_to_end(config, tmp_path / "killed.log")
+    assert f"Resuming mode explore after step {killed_at}" in out
+    resumed = tokens(tmp_path / "killed.db")
+    # each step's experiences exactly once, the same ids and the same samples
+    assert len(rows(tmp_path / "killed.db")) == len(straight)
+    assert resumed == straight
+    assert steps_of(run) == list(range(1, STEPS + 1))
+    assert json.loads(state_file.read_text())["step"] == STEPS
+
+
+@pytest.mark.slow
+def test_a_run_that_may_not_resume_is_renamed_and_says_so(tmp_path, explore_config):
+    first = explore_config("again", buffer={"batch_size": 2, "total_steps": 1})
+    run_to_end(first, tmp_path / "first.log")
+    # continue_from_checkpoint false: a new run beside the old one, never appended to it
+    config = yaml.safe_load(first.read_text())
+    config["continue_from_checkpoint"] = False
+    config["buffer"]["trainer_input"]["experience_buffer"]["path"] = str(tmp_path / "new.db")
+    again = tmp_path / "again2.yaml"
+    again.write_text(yaml.safe_dump(config))
+    out = run_to_end(again, tmp_path / "again.log")
+    assert "holds an earlier run's output: this run is renamed 'again_" in out
+    runs = sorted(p.name for p in (tmp_path / "ckpt" / "resume").iterdir())
+    assert runs[0] == "again" and runs[1].startswith("again_") and len(runs) == 2
+    assert steps_of(tmp_path / "ckpt" / "resume" / "again") == [1]
+    # another output buffer with rows of an earlier run: said, not silent
+    config["buffer"]["trainer_input"]["experience_buffer"]["path"] = str(tmp_path / "again.db")
+    config["name"] = "third"
+    third = tmp_path / "third.yaml"
+    third.write_text(yaml.safe_dump(config))
+    out = run_to_end(third, tmp_path / "third.log")
+    assert "already holds experiences of an earlier run" in out
