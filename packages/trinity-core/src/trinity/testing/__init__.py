@@ -27,7 +27,7 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ModuleNotFoundError(
         "trinity.testing needs pytest, an optional dependency of trinity-core: install it with "
-        "`pip install \"trinity-core[testing]\"` (or `pip install pytest`)",
+        '`pip install "trinity-core[testing]"` (or `pip install pytest`)',
         name="pytest",
     ) from exc
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
+import importlib.util
 import inspect
 import math
 import numbers
@@ -50,7 +51,13 @@ def rule(rule_id: str, title: str) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(self: ComponentContract, *args: Any, **kwargs: Any) -> Any:
-            reason = (type(self).skip_rules or {}).get(rule_id)
+            cls = type(self)
+            if cls.unavailable:
+                pytest.skip(f"{self._component_name()} cannot run here: {cls.unavailable}")
+            missing = [m for m in cls.requires if importlib.util.find_spec(m) is None]
+            if missing:
+                pytest.skip(f"{self._component_name()} needs {', '.join(missing)} (not installed)")
+            reason = (cls.skip_rules or {}).get(rule_id)
             if reason is not None:
                 pytest.skip(f"rule {rule_id!r} exempted for {self._component_name()}: {reason}")
             try:
@@ -58,7 +65,9 @@ def rule(rule_id: str, title: str) -> Callable[[F], F]:
             except RuleBroken:
                 raise
             except Exception as exc:  # noqa: BLE001 - re-raised with the rule's name
-                detail = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
+                detail = (
+                    str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
+                )
                 raise RuleBroken(
                     f"rule '{title}' broke for {self._component_name()}: {detail}"
                 ) from exc
@@ -156,6 +165,10 @@ class ComponentContract:
     * ``registered_name``: the name it is registered under; ``None`` finds it by value.
     * ``skip_rules``: ``{rule_id: reason}`` exemptions; unknown ids are refused.
     * ``seed``: the seed of the random inputs (every rule uses the same inputs).
+    * ``requires``: modules the component needs; every rule skips (saying which) when one is
+      not installed.
+    * ``unavailable``: a reason the component cannot run in this environment (e.g. a missing
+      system tool); set, every rule skips with it.
 
     Subclasses of a kind set ``registry_path`` (``"module:REGISTRY"``, imported lazily).
     """
@@ -165,6 +178,8 @@ class ComponentContract:
     registered_name: ClassVar[Optional[str]] = None
     skip_rules: ClassVar[Mapping[str, str]] = {}
     seed: ClassVar[int] = 0
+    requires: ClassVar[tuple[str, ...]] = ()
+    unavailable: ClassVar[Optional[str]] = None
 
     #: ``"module:NAME"`` of the registry this kind of component lives in.
     registry_path: ClassVar[str] = ""
@@ -175,7 +190,9 @@ class ComponentContract:
     @classmethod
     def _component_name(cls) -> str:
         comp = cls.component
-        return getattr(comp, "__qualname__", None) or repr(comp) if comp is not None else cls.__name__
+        return (
+            getattr(comp, "__qualname__", None) or repr(comp) if comp is not None else cls.__name__
+        )
 
     @classmethod
     def rule_ids(cls) -> dict[str, str]:

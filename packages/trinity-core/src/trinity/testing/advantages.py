@@ -88,7 +88,9 @@ class AdvantageFnContract(ComponentContract):
             return batch, out, kwargs
         return exps, fn(exps), {}
 
-    def outputs(self, exps: list[Experience]) -> tuple[dict[str, tuple[Tensor, Tensor, Tensor]], dict]:
+    def outputs(
+        self, exps: list[Experience]
+    ) -> tuple[dict[str, tuple[Tensor, Tensor, Tensor]], dict]:
         """``({uid: (advantages, returns, action_mask)}, metrics)`` of one call, checked."""
         given, out, _ = self.run(exps)
         assert isinstance(out, tuple) and len(out) == 2, (
@@ -113,10 +115,14 @@ class AdvantageFnContract(ComponentContract):
             for i, eid in enumerate(result.eids):
                 rows[eid.uid] = (result.advantages[i], result.returns[i], result.action_mask[i])
             return rows, dict(metrics)
-        assert isinstance(result, list), f"expected a list of experiences, got {type(result).__name__}"
+        assert isinstance(result, list), (
+            f"expected a list of experiences, got {type(result).__name__}"
+        )
         known = {e.eid.uid for e in exps}
         for exp in result:
-            assert isinstance(exp, Experience), f"returned a {type(exp).__name__}, not an Experience"
+            assert isinstance(exp, Experience), (
+                f"returned a {type(exp).__name__}, not an Experience"
+            )
             for field in ("advantages", "returns"):
                 value = getattr(exp, field)
                 assert isinstance(value, Tensor), f"experience {exp.eid.uid}: {field} is not set"
@@ -130,7 +136,9 @@ class AdvantageFnContract(ComponentContract):
         return rows, dict(metrics)
 
     # ------------------------------------------------------------------ rules
-    @rule("output", "it returns the experiences with advantages and returns set, and numeric metrics")
+    @rule(
+        "output", "it returns the experiences with advantages and returns set, and numeric metrics"
+    )
     def test_output(self) -> None:
         rows, _ = self.outputs(self.step())
         assert rows, "no input experience came back with advantages"
@@ -138,7 +146,10 @@ class AdvantageFnContract(ComponentContract):
             assert_finite(adv, f"advantages of {uid}")
             assert_finite(ret, f"returns of {uid}")
 
-    @rule("edge-inputs", "edge inputs give finite advantages (identical rewards, one member, all masked)")
+    @rule(
+        "edge-inputs",
+        "edge inputs give finite advantages (identical rewards, one member, all masked)",
+    )
     def test_edge_inputs(self) -> None:
         for what, group in edge_groups(self.seed).items():
             try:
@@ -203,7 +214,9 @@ class AdvantageFnContract(ComponentContract):
         second, m2 = self.outputs(self.step())
         assert set(first) == set(second), "two runs returned different experiences"
         for uid, (adv, ret, _) in first.items():
-            assert torch.allclose(adv, second[uid][0], atol=self.atol), f"advantages of {uid} differ"
+            assert torch.allclose(adv, second[uid][0], atol=self.atol), (
+                f"advantages of {uid} differ"
+            )
             assert torch.allclose(ret, second[uid][1], atol=self.atol), f"returns of {uid} differ"
         assert set(m1) == set(m2), f"metric keys differ between runs: {set(m1) ^ set(m2)}"
 

@@ -26,7 +26,7 @@ from trinity.testing._contract import (
     check_metrics,
     rule,
 )
-from trinity.testing.inputs import STANDARD_MASK, perturb_masked, token_inputs
+from trinity.testing.inputs import perturb_masked, token_inputs
 
 __all__ = ["EntropyLossContract", "KLFnContract", "PolicyLossContract"]
 

@@ -57,7 +57,9 @@ class ExperienceOperatorContract(ComponentContract):
             f"process() must return (experiences, metrics), got {type(out).__name__}"
         )
         result, metrics = out
-        assert isinstance(result, list), f"process() returned a {type(result).__name__} of experiences"
+        assert isinstance(result, list), (
+            f"process() returned a {type(result).__name__} of experiences"
+        )
         for exp in result:
             assert isinstance(exp, Experience), f"process() returned a {type(exp).__name__}"
         check_metrics(metrics, "metrics", frozenset(self.non_numeric_metrics))
@@ -108,14 +110,16 @@ class ExperienceOperatorContract(ComponentContract):
                     f"{exp.eid.uid}: reward {exp.reward!r} is not a finite float"
                 )
             if exp.action_mask is not None:
-                assert exp.action_mask.dtype == torch.bool or not exp.action_mask.is_floating_point(), (
-                    f"{exp.eid.uid}: action_mask has dtype {exp.action_mask.dtype}"
-                )
+                assert (
+                    exp.action_mask.dtype == torch.bool or not exp.action_mask.is_floating_point()
+                ), f"{exp.eid.uid}: action_mask has dtype {exp.action_mask.dtype}"
             exp.serialize()  # the buffer stores what comes out: it must still serialize
 
     @rule("deterministic", "the same step gives the same output and metrics")
     def test_deterministic(self) -> None:
         first, m1 = self.process(self.build(), self.step())
         second, m2 = self.process(self.build(), self.step())
-        assert _summary(first) == _summary(second), "two runs on the same step gave different output"
+        assert _summary(first) == _summary(second), (
+            "two runs on the same step gave different output"
+        )
         assert set(m1) == set(m2), f"metric keys differ between runs: {set(m1) ^ set(m2)}"

@@ -15,9 +15,9 @@ import pytest
 
 from trinity.common.experience import Experience
 from trinity.common.protocols import ExperienceReader
-from trinity.utils.aio import run_sync
 from trinity.testing._contract import ComponentContract, check_metrics, rule
 from trinity.testing.inputs import make_experience
+from trinity.utils.aio import run_sync
 
 __all__ = ["ListReader", "SampleStrategyContract"]
 

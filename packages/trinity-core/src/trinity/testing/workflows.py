@@ -52,6 +52,8 @@ class WorkflowContract(ComponentContract):
       ``fn(messages_or_prompt, sample_index) -> str``); ``None`` gives a default reply.
     * ``model_args``: other :class:`FakeModelWrapper` options (``max_tokens`` ...).
     * ``repeat_times``: runs per task in the rules (default 2).
+    * ``auxiliary_responses``: one response spec per auxiliary model (e.g. an LLM judge); each
+      becomes a :class:`FakeModelWrapper` passed as ``auxiliary_models``.
 
     ``component_args`` does not apply: workflows get their settings from the task.
     """
@@ -63,14 +65,23 @@ class WorkflowContract(ComponentContract):
     responses: ClassVar[ResponseSpec] = None
     model_args: ClassVar[Mapping[str, Any]] = {}
     repeat_times: ClassVar[int] = 2
+    auxiliary_responses: ClassVar[tuple[ResponseSpec, ...]] = ()
 
     # ------------------------------------------------------------------ helpers
     def model(self) -> FakeModelWrapper:
         # read from the class: a plain function set as `responses` must not become a method
-        responses = next(k.__dict__["responses"] for k in type(self).__mro__ if "responses" in k.__dict__)
+        responses = next(
+            k.__dict__["responses"] for k in type(self).__mro__ if "responses" in k.__dict__
+        )
         if isinstance(responses, staticmethod):
             responses = responses.__func__
         return FakeModelWrapper(responses, **dict(self.model_args))
+
+    def auxiliary(self) -> Optional[list[FakeModelWrapper]]:
+        specs = list(self.auxiliary_responses or ())
+        return [
+            FakeModelWrapper(spec, model_path=f"fake/auxiliary-{i}") for i, spec in enumerate(specs)
+        ] or None
 
     def task(self, other: bool = False, **overrides: Any) -> Task:
         args = dict(self.task_args)
@@ -86,15 +97,15 @@ class WorkflowContract(ComponentContract):
 
     def run(self, task: Optional[Task] = None, **kwargs: Any) -> list[Experience]:
         self.seeded()
-        return run_task(task or self.task(), self.model(), **kwargs)
+        return run_task(task or self.task(), self.model(), self.auxiliary(), **kwargs)
 
     def build(self, **overrides: Any) -> Any:  # type: ignore[override]
-        return self.task().to_workflow(self.model())
+        return self.task().to_workflow(self.model(), self.auxiliary())
 
     def direct(self, task: Task, use_async: bool) -> list[Experience]:
         """One ``run()`` / ``run_async()`` call on a fresh instance, as the runner sets it up."""
         self.seeded()
-        workflow = task.to_workflow(self.model())
+        workflow = task.to_workflow(self.model(), self.auxiliary())
         if workflow.repeatable:
             workflow.set_repeat_times(task.repeat_times or 1, 0)
         else:
@@ -162,20 +173,26 @@ class WorkflowContract(ComponentContract):
 
     @rule("reset", "a reset instance gives what a fresh instance gives")
     def test_reset_reuse(self) -> None:
-        model = self.model()
+        model, aux = self.model(), self.auxiliary()
         first = self.task()
-        workflow = first.to_workflow(model)
+        workflow = first.to_workflow(model, aux)
         if not workflow.resettable():
             pytest.skip(f"{self._component_name()} is not resettable (resettable() is False)")
         self.seeded()
-        _, reused = run_sync(run_task_async(first, model))
+        _, reused = run_sync(run_task_async(first, model, aux))
         assert reused.resettable(), "resettable() changed after a run"
         self.seeded()
-        again, same = run_sync(run_task_async(self.task(other=True), model, workflow=reused))
+        again, same = run_sync(run_task_async(self.task(other=True), model, aux, workflow=reused))
         assert same is reused, "run_task did not reuse the resettable workflow"
-        fresh = self.run(self.task(other=True))
+        # the same two tasks on a second model, with a new instance for the second task (the
+        # model's state, e.g. a scripted reply cursor, advances alike on both paths)
+        model2, aux2 = self.model(), self.auxiliary()
+        self.seeded()
+        run_sync(run_task_async(self.task(), model2, aux2))
+        self.seeded()
+        fresh, _ = run_sync(run_task_async(self.task(other=True), model2, aux2))
         assert _summary(again) == _summary(fresh), (
-            "reset(task) then run() differs from a fresh workflow on the same task (state "
+            "reset(task) then run() differs from a new instance on the same task (state "
             "from the previous task leaked)"
         )
 
