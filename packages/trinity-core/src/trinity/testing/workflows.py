@@ -25,11 +25,11 @@ from trinity.utils.aio import run_sync
 __all__ = ["RewardFnContract", "WorkflowContract"]
 
 
-def _summary(exps: list[Experience]) -> list[tuple]:
-    """What must match between two runs (ids' random suffixes left out)."""
+def _summary(exps: list[Experience], runs: bool = True) -> list[tuple]:
+    """What must match between two runs (ids' random suffixes left out; run ids optional)."""
     return sorted(
         (
-            (e.eid.run, e.eid.step),
+            (e.eid.run if runs else 0, e.eid.step),
             e.tokens.tolist(),
             e.prompt_length,
             e.reward,
@@ -167,7 +167,9 @@ class WorkflowContract(ComponentContract):
     def test_concurrent_mode(self) -> None:
         sequential = self.run(concurrent_mode="sequential")
         concurrent = self.run(concurrent_mode="asynchronous")
-        assert _summary(sequential) == _summary(concurrent), (
+        # which run gets which scripted reply may differ when runs race for the model: compare
+        # the experiences without their run ids (the 'run-ids' rule checks those)
+        assert _summary(sequential, runs=False) == _summary(concurrent, runs=False), (
             "explorer.concurrent_mode 'asynchronous' changed the experiences"
         )
 
