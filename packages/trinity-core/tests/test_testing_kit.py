@@ -182,6 +182,15 @@ def test_skip_rules_need_known_ids_and_reasons():
         TestExempt().test_masked_tokens_do_not_change_the_loss()
 
 
+def test_the_registration_rule_skips_when_the_registry_package_is_missing():
+    class TestElsewhere(PolicyLossContract):
+        component = GoodLoss
+        registry_path = "trinity_kit_no_such_package.registry:REGISTRY"
+
+    with pytest.raises(pytest.skip.Exception, match="trinity_kit_no_such_package.* not installed"):
+        TestElsewhere().test_registry_round_trip()
+
+
 # ---------------------------------------------------------------------- KL
 class SelfKLNotZero:
     def __init__(self, kl_coef: float = 0.1) -> None:

@@ -51,6 +51,7 @@ def rule(rule_id: str, title: str) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(self: ComponentContract, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # pytest shows the rule's own frames, not this wrapper
             cls = type(self)
             if cls.unavailable:
                 pytest.skip(f"{self._component_name()} cannot run here: {cls.unavailable}")
@@ -65,9 +66,11 @@ def rule(rule_id: str, title: str) -> Callable[[F], F]:
             except RuleBroken:
                 raise
             except Exception as exc:  # noqa: BLE001 - re-raised with the rule's name
-                detail = (
-                    str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
-                )
+                if isinstance(exc, AssertionError):
+                    # the kit's own message, without pytest's assertion introspection lines
+                    detail = str(exc).split("\nassert ")[0]
+                else:
+                    detail = f"{type(exc).__name__}: {exc}"
                 raise RuleBroken(
                     f"rule '{title}' broke for {self._component_name()}: {detail}"
                 ) from exc
