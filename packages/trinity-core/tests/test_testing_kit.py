@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from trinity.common.experience import Experience
+from trinity.common.models.testing import FakeModelWrapper
 from trinity.common.rewards import REWARD_FUNCTIONS, RewardFn
 from trinity.common.workflows import WORKFLOWS, Workflow
 from trinity.testing import (
@@ -361,6 +362,21 @@ def test_a_good_workflow_passes_every_rule_on_the_fake_model(registered_echo):
 
     results = _run_all(TestEcho)
     assert set(results.values()) == {"passed"}, results
+
+
+def test_model_factory_replaces_the_fake_model():
+    made = []
+
+    def engine():
+        made.append(FakeModelWrapper(_reply, model_path="fake/engine"))
+        return made[-1]
+
+    class TestEcho(_Flow):
+        component = EchoWorkflow
+        model_factory = engine
+
+    TestEcho().test_output()
+    assert made and made[0].calls, "the workflow ran on the factory's model"
 
 
 def test_an_unregistered_workflow_breaks_the_registration_rule():

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Optional
 
 import pytest
 import torch
 
 from trinity.common.experience import Experience
+from trinity.common.models.model import ModelWrapper
 from trinity.common.models.testing import FakeModelWrapper, ResponseSpec
 from trinity.common.workflows.workflow import Task, run_task, run_task_async
 from trinity.testing._contract import ComponentContract, check_metrics, rule
@@ -52,6 +53,8 @@ class WorkflowContract(ComponentContract):
       ``fn(messages_or_prompt, sample_index) -> str``); ``None`` gives a default reply.
     * ``model_args``: other :class:`FakeModelWrapper` options (``max_tokens`` ...).
     * ``repeat_times``: runs per task in the rules (default 2).
+    * ``model_factory``: ``fn() -> ModelWrapper`` to run on a real engine instead of the fake
+      (e.g. the launcher's tiny model); ``responses`` and ``model_args`` are then unused.
     * ``auxiliary_responses``: one response spec per auxiliary model (e.g. an LLM judge); each
       becomes a :class:`FakeModelWrapper` passed as ``auxiliary_models``.
 
@@ -66,16 +69,19 @@ class WorkflowContract(ComponentContract):
     model_args: ClassVar[Mapping[str, Any]] = {}
     repeat_times: ClassVar[int] = 2
     auxiliary_responses: ClassVar[tuple[ResponseSpec, ...]] = ()
+    model_factory: ClassVar[Optional[Callable[[], ModelWrapper]]] = None
 
     # ------------------------------------------------------------------ helpers
-    def model(self) -> FakeModelWrapper:
-        # read from the class: a plain function set as `responses` must not become a method
-        responses = next(
-            k.__dict__["responses"] for k in type(self).__mro__ if "responses" in k.__dict__
-        )
-        if isinstance(responses, staticmethod):
-            responses = responses.__func__
-        return FakeModelWrapper(responses, **dict(self.model_args))
+    def _class_attr(self, name: str) -> Any:
+        """A class attribute as set (a plain function stays a function, not a method)."""
+        value = next(k.__dict__[name] for k in type(self).__mro__ if name in k.__dict__)
+        return value.__func__ if isinstance(value, staticmethod) else value
+
+    def model(self) -> ModelWrapper:
+        factory = self._class_attr("model_factory")
+        if factory is not None:
+            return factory()
+        return FakeModelWrapper(self._class_attr("responses"), **dict(self.model_args))
 
     def auxiliary(self) -> Optional[list[FakeModelWrapper]]:
         specs = list(self.auxiliary_responses or ())
