@@ -193,9 +193,9 @@ class ComponentContract:
     @classmethod
     def _component_name(cls) -> str:
         comp = cls.component
-        return (
-            getattr(comp, "__qualname__", None) or repr(comp) if comp is not None else cls.__name__
-        )
+        if comp is None:
+            return cls.__name__
+        return getattr(comp, "__qualname__", None) or repr(comp)
 
     @classmethod
     def rule_ids(cls) -> dict[str, str]:

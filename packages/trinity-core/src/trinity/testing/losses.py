@@ -17,6 +17,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+import pytest
 import torch
 from torch import Tensor
 
@@ -298,8 +299,6 @@ class KLFnContract(_TensorLossContract):
         fn = self.build()
         apply = getattr(fn, "apply_kl_penalty_to_reward", None)
         if not callable(apply):
-            import pytest
-
             pytest.skip(f"{self._component_name()} has no apply_kl_penalty_to_reward")
         inputs = self.inputs()
         scores = inputs["token_level_scores"] * inputs["response_mask"]
