@@ -39,6 +39,10 @@ class RuleBroken(AssertionError):
     """A contract rule failed; the message names the rule (``rule '...' broke: ...``)."""
 
 
+def _hide_for_rule_broken(excinfo: Any) -> bool:
+    return bool(excinfo.errisinstance(RuleBroken))
+
+
 def rule(rule_id: str, title: str) -> Callable[[F], F]:
     """Mark a test method as the check of one rule.
 
@@ -51,7 +55,9 @@ def rule(rule_id: str, title: str) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(self: ComponentContract, *args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True  # pytest shows the rule's own frames, not this wrapper
+            # on failure pytest shows the rule's own frames, not this wrapper (skips keep it,
+            # so the skip report points at the kit)
+            __tracebackhide__ = _hide_for_rule_broken  # noqa: F841
             cls = type(self)
             if cls.unavailable:
                 pytest.skip(f"{self._component_name()} cannot run here: {cls.unavailable}")
