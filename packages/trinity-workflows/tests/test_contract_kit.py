@@ -1,0 +1,188 @@
+"""Every built-in workflow and reward function passes the plugin authors' contract kit.
+
+One test class per registered name (``WORKFLOWS`` and ``REWARD_FUNCTIONS``), generated from the
+registries, each run on the deterministic fake model with a task its workflow accepts. Workflows
+whose environment is not installed here skip, saying which package is missing (their adapters
+are tested with doubles in test_env_adapters.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from trinity.common.models.testing import FakeModelWrapper, format_tool_call
+from trinity.common.rewards import REWARD_FUNCTIONS
+from trinity.common.workflows import WORKFLOWS
+from trinity.testing import RewardFnContract, WorkflowContract, make_contract_tests
+
+MATH = {"raw_task": {"prompt": "What is 2+2?", "response": "4"}}
+MATH_OTHER = {"raw_task": {"prompt": "What is 3+3?", "response": "6"}}
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather of a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+_NO_BWRAP = (
+    None if shutil.which("bwrap") else "bubblewrap is not installed (apt install bubblewrap)"
+)
+
+
+def _calculator_agent(messages, sample_index):
+    if not any(m["role"] == "tool" for m in messages):
+        return format_tool_call("calculator", {"expression": "2+2"})
+    return "The answer is 4."
+
+
+def _judge(messages, sample_index):
+    return "Looks right.\nScore: 9" if sample_index % 2 == 0 else "Wrong.\nScore: 2"
+
+
+def _game_player(messages, sample_index):
+    return "I look around.\n```look```"
+
+
+WORKFLOW_ATTRS = {
+    "simple_workflow": {"task_args": MATH, "other_task_args": MATH_OTHER, "responses": ["4", "5"]},
+    "math_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["<think>2+2</think><answer>4</answer>", "<answer>5</answer>"],
+    },
+    "math_boxed_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["So \\boxed{4}", "\\boxed{5}"],
+    },
+    "math_rm_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["<answer>4</answer>", "<answer>5</answer>"],
+        "auxiliary_responses": (_judge,),
+    },
+    "countdown_workflow": {
+        "task_args": {"raw_task": {"nums": [1, 2, 3], "target": 6}},
+        "other_task_args": {"raw_task": {"nums": [2, 5, 1], "target": 9}},
+        "responses": ["<answer>1 + 2 + 3</answer>", "<answer>1 * 2</answer>"],
+    },
+    "arithmetic_workflow": {
+        "task_args": {"raw_task": {"prompt": "2+2", "response": "4"}},
+        "other_task_args": {"raw_task": {"prompt": "3*3", "response": "9"}},
+        "responses": ["4", "7"],
+    },
+    "code_workflow": {
+        "task_args": {
+            "raw_task": {
+                "question": "Read a and b, print a + b.",
+                "input_output": json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]}),
+            },
+            "format_args": {"prompt_key": "question"},
+            "reward_fn_args": {"timeout": 1.5, "sandbox": {"cpu_time_s": 1}},
+        },
+        "responses": ["```python\na, b = map(int, input().split())\nprint(a + b)\n```", "no"],
+        "unavailable": _NO_BWRAP,
+    },
+    "frozen_lake_workflow": {
+        "task_args": {"raw_task": {"desc": ["SF", "FG"]}, "workflow_args": {"max_steps": 3}},
+        "other_task_args": {"raw_task": {"desc": ["SH", "FG"]}, "workflow_args": {"max_steps": 3}},
+        "responses": ["```down```", "```right```"],
+    },
+    "text_game_workflow": {
+        "task_args": {"raw_task": {"seed": 5}, "workflow_args": {"max_steps": 3}},
+        "other_task_args": {"raw_task": {"seed": 6}, "workflow_args": {"max_steps": 3}},
+        "responses": _game_player,
+    },
+    "agent_workflow": {
+        "task_args": {
+            **MATH,
+            "reward_fn": "accuracy_reward",
+            "workflow_args": {"tools": ["calculator"]},
+        },
+        "responses": _calculator_agent,
+    },
+    "tool_call_workflow": {
+        "task_args": {
+            "raw_task": {
+                "prompt": "Weather in Paris?",
+                "tools": json.dumps([WEATHER]),
+                "response": json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}]),
+            }
+        },
+        "responses": [format_tool_call("get_weather", {"city": "Paris"}), "It is sunny."],
+    },
+    "alfworld_workflow": {
+        "task_args": {"raw_task": {"game_file": "/data/game.tw-pddl"}},
+        "requires": ("alfworld", "textworld"),
+    },
+    "sciworld_workflow": {
+        "task_args": {"raw_task": {"task_name": "boil"}},
+        "requires": ("scienceworld",),
+    },
+    "webshop_workflow": {
+        "task_args": {"raw_task": {"session_id": 3}},
+        "requires": ("web_agent_site",),
+    },
+}
+
+REWARD_ATTRS = {
+    "math_reward": {
+        "call_args": [
+            {"response": "<think>x</think><answer>4</answer>", "truth": "4"},
+            {"response": "<answer>5</answer>", "truth": "4"},
+        ]
+    },
+    "math_boxed_reward": {
+        "call_args": [{"response": "\\boxed{4}", "truth": "4"}, {"response": "5", "truth": "4"}]
+    },
+    "countdown_reward": {
+        "call_args": [
+            {
+                "response": "<answer>1 + 2 + 3</answer>",
+                "truth": json.dumps({"numbers": [1, 2, 3], "target": 6}),
+            },
+        ]
+    },
+    "code_test_reward": {
+        "call_args": [
+            {
+                "response": "```python\nprint(3)\n```",
+                "raw_task": {"input_output": json.dumps({"inputs": [""], "outputs": ["3\n"]})},
+            }
+        ],
+        "component_args": {"timeout": 1.5, "sandbox": {"cpu_time_s": 1}},
+        "unavailable": _NO_BWRAP,
+    },
+    "llm_judge_reward": {
+        "call_args": [{"response": "4", "truth": "4", "prompt": "2+2?"}],
+        "component_args": {"auxiliary_models": [FakeModelWrapper(_judge, model_path="fake/judge")]},
+    },
+    "tool_call_reward": {
+        "call_args": [
+            {
+                "response": format_tool_call("get_weather", {"city": "Paris"}),
+                "truth": json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}]),
+            }
+        ]
+    },
+}
+
+globals().update(
+    make_contract_tests(WorkflowContract, WORKFLOWS, prefix="Workflow", attrs=WORKFLOW_ATTRS)
+)
+globals().update(
+    make_contract_tests(RewardFnContract, REWARD_FUNCTIONS, prefix="Reward", attrs=REWARD_ATTRS)
+)
+
+
+@pytest.mark.parametrize(
+    "registry, prefix", [(WORKFLOWS, "Workflow"), (REWARD_FUNCTIONS, "Reward")]
+)
+def test_every_registered_name_has_a_contract_class(registry, prefix):
+    for name in registry.list():
+        assert globals()[f"Test{prefix}_{name}"].component is registry.get(name)
