@@ -106,10 +106,15 @@ def rows(db: Path) -> list[tuple[str, bytes]]:
         return [(e, bytes(b)) for e, b in conn.execute(f"select eid, exp_bytes from {table}")]
 
 
-def tokens(db: Path) -> dict[str, list[int]]:
+def tokens(db: Path) -> dict[tuple, list[int]]:
+    """``(step, task, run, turn) -> tokens`` (the eid's random suffix left out)."""
     from trinity.common.experience import Experience
 
-    return {eid: Experience.deserialize(data).tokens.tolist() for eid, data in rows(db)}
+    out = {}
+    for _, data in rows(db):
+        exp = Experience.deserialize(data)
+        out[(exp.eid.batch, exp.eid.task, exp.eid.run, exp.eid.step)] = exp.tokens.tolist()
+    return out
 
 
 def steps_of(run: Path) -> list[int]:

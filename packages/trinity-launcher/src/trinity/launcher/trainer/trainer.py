@@ -277,7 +277,11 @@ class Trainer:
             self.engine.save_hf(os.path.join(actor, "huggingface"))
         for hook in self.checkpoint_hooks:  # e.g. mode both's explorer state
             hook(directory)
-        Path(self.job_dir, LATEST_FILE).write_text(str(step))  # last: marks it complete
+        # last, and atomically: marks it complete (a kill while writing the marker must leave
+        # the previous one, not an empty file that reads as "no checkpoint")
+        from trinity.launcher.resume import atomic_write
+
+        atomic_write(os.path.join(self.job_dir, LATEST_FILE), str(step).encode())
         self._prune()
         return directory
 
