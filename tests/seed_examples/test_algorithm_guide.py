@@ -1,6 +1,6 @@
 """The algorithm development guide's OPMD example, run as written.
 
-The guide's blocks are cut out of the guide texts at test time (``conftest.py``) and run
+The guide's blocks are cut out of the guide texts at test time (``seed_guides.py``) and run
 verbatim after the imports the guide leaves out. They register under the names the built-ins
 use ("opmd" in ``ADVANTAGE_FN``, ``POLICY_LOSS_FN`` and ``ALGORITHM_TYPE``): user code replaces
 a built-in of its name, as in Trinity-RFT, and the built-in is back once the test has

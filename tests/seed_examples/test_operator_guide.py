@@ -1,6 +1,6 @@
 """The operator development guide's example, run as written.
 
-The guide's ``RewardFilter`` block is cut out of the guide text at test time (``conftest.py``)
+The guide's ``RewardFilter`` block is cut out of the guide text at test time (``seed_guides.py``)
 and run verbatim; ``snippets/guide_operators.yaml`` is the guide's YAML. The block registers
 under ``reward_filter``, the name the built-in uses: user code replaces a built-in of its name,
 as in Trinity-RFT, and the built-in is back once the test has unregistered the guide's class.
