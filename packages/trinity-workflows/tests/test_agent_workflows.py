@@ -413,6 +413,7 @@ def test_register_tool_infers_schema_and_toolset_reports_failures(scratch_tools)
 
     # a user's tool may take a built-in tool's name (user code over built-ins) ...
     builtin = TOOLS.get("calculator")
+
     def echo(expression: str) -> str:
         return expression
 
