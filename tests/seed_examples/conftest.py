@@ -1,32 +1,24 @@
-"""Load the guides' snippets as modules, one at a time (each registers 'example_workflow')."""
+"""Fixtures of the guide tests: ``load_snippet`` runs the guides' blocks (``seed_guides.py``)."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from trinity.common.workflows import WORKFLOWS
+sys.path.insert(0, str(Path(__file__).parent))  # the tests import seed_guides
 
-SNIPPETS = Path(__file__).parent / "snippets"
+from seed_guides import MODULE_PREFIX, SNIPPETS, run_blocks, unregister_guide_classes  # noqa: E402
 
 
 @pytest.fixture
 def load_snippet():
-    loaded: list[str] = []
+    """``load_snippet(name)`` runs the guide blocks of :data:`SNIPPETS` ``[name]``; undone after."""
 
-    def _load(name: str):
-        module_name = f"seed_snippet_{name}"
-        spec = importlib.util.spec_from_file_location(module_name, SNIPPETS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-        loaded.append(module_name)
-        return module
+    def _load(snippet: str) -> types.ModuleType:
+        return run_blocks(*SNIPPETS[snippet], name=f"{MODULE_PREFIX}{snippet}")
 
     yield _load
-    WORKFLOWS.unregister("example_workflow")
-    for name in loaded:
-        sys.modules.pop(name, None)
+    unregister_guide_classes()

@@ -1,9 +1,10 @@
 """The algorithm development guide's OPMD example, run as written.
 
-Snippets (``snippets/opmd_*.py``) are the guide's code verbatim, imports added on top. They
-register under the names the built-ins already use ("opmd" in ``ADVANTAGE_FN``,
-``POLICY_LOSS_FN`` and ``ALGORITHM_TYPE``), and registries refuse a second class under a taken
-name, so the ``guide`` fixture takes the built-ins out for the test and puts them back after.
+The guide's blocks are cut out of the guide texts at test time (``seed_guides.py``) and run
+verbatim after the imports the guide leaves out. They register under the names the built-ins
+use ("opmd" in ``ADVANTAGE_FN``, ``POLICY_LOSS_FN`` and ``ALGORITHM_TYPE``): user code replaces
+a built-in of its name, as in Trinity-RFT, and the built-in is back once the test has
+unregistered the guide's classes.
 """
 
 from __future__ import annotations
@@ -23,21 +24,14 @@ from trinity.algorithm.utils import build_component
 from trinity.common.config import load_config
 from trinity.common.experience import EID, Experience
 
-SNIPPETS = Path(__file__).parent / "snippets"
+SNIPPETS = Path(__file__).parent / "snippets"  # the guide's YAML
 REGISTRIES = (ADVANTAGE_FN, POLICY_LOSS_FN, ALGORITHM_TYPE)
 
 
 @pytest.fixture
 def guide(load_snippet):
-    """Takes the built-in "opmd" components out, gives ``guide.load(name)``, puts them back."""
-    builtins = {reg.name: reg.get("opmd") for reg in REGISTRIES}
-    for reg in REGISTRIES:
-        reg.unregister("opmd")
-    try:
-        yield SimpleNamespace(load=load_snippet)
-    finally:
-        for reg in REGISTRIES:
-            reg.register_module("opmd", builtins[reg.name], force=True)
+    """``guide.load(name)`` runs the guide's blocks; their registrations are undone after."""
+    return SimpleNamespace(load=load_snippet)
 
 
 def _exp(task: int, run: int, reward: float, mask: list[int]) -> Experience:
@@ -107,10 +101,12 @@ def test_snippet_advantage_fn_computes_opmd_group_baselines(guide, args, baselin
 
 
 def test_snippet_advantage_matches_builtin(guide):
-    builtin = ADVANTAGE_FN.modules.get("opmd")
-    assert builtin is None  # swapped out by the fixture
-    module = guide.load("opmd_advantage_003")
     from trinity.algorithm.advantage_fn.opmd import OPMDGroupAdvantage as Builtin
+
+    module = guide.load("opmd_advantage_003")
+    # the guide's class took the name; the built-in waits behind it
+    assert ADVANTAGE_FN.get("opmd") is module.OPMDGroupAdvantage
+    assert ADVANTAGE_FN.overridden["opmd"] is Builtin
 
     for args in ({}, {"opmd_baseline": "logavgexp", "tau": 0.5}):
         ours, _ = build_component(module.OPMDGroupAdvantage, args)(_experiences())
@@ -236,7 +232,7 @@ def test_default_yaml_resolves_to_the_snippet_defaults(guide):
 
 
 def test_builtins_are_back_after_the_guide_tests():
-    # runs after the fixture-using tests in file order: the swap-out must not leak
+    # runs after the fixture-using tests in file order: the guide's classes must not leak
     from trinity.algorithm.advantage_fn.opmd import OPMDGroupAdvantage
     from trinity.algorithm.algorithm import OPMDAlgorithm
     from trinity.algorithm.policy_loss_fn.opmd import OPMDPolicyLossFn

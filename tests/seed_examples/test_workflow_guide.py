@@ -1,7 +1,7 @@
 """The Workflows part of the developer guides, run verbatim against trinity-core.
 
-The guide's ExampleWorkflow (step by step, full, and the older guide's argument order) is
-registered by its decorator, selected by name as YAML would, built with ``Task.to_workflow`` and
+The guide's ExampleWorkflow (step by step, full, and the older guide's argument order), cut out of
+the guide texts at test time and run verbatim (``seed_guides.py``), is registered by its decorator, selected by name as YAML would, built with ``Task.to_workflow`` and
 driven with the deterministic test double standing in for the rollout engine.
 """
 

@@ -117,3 +117,14 @@ def test_trinity_plugins_namespace_directory_is_loaded(tmp_path, monkeypatch):
     finally:
         for mod in [m for m in sys.modules if m.startswith("trinity.plugins")]:
             del sys.modules[mod]
+
+
+def test_a_plugin_module_in_the_trinity_namespace_is_refused(plugin_dir):
+    """It would pass for a built-in, and built-ins do not replace each other."""
+    (plugin_dir / "trinity" / "algorithm").mkdir(parents=True)
+    (plugin_dir / "trinity" / "algorithm" / "my_algo.py").write_text("X = 1\n")
+    with pytest.raises(
+        PluginLoadError, match=r"'trinity\.algorithm\.my_algo'.*'trinity' namespace"
+    ):
+        load_plugins(str(plugin_dir))
+    assert "trinity.algorithm.my_algo" not in sys.modules

@@ -183,3 +183,116 @@ def test_trinity_rft_keyword_names_and_both_exception_families():
         reg.get("b")
     with pytest.raises(KeyError, match="already taken"):
         reg.register_module("a", int)
+
+
+# ---------------------------------------------------------------------- user code over built-ins
+def _cls(name: str, module: str) -> type:
+    """A class as if defined in ``module`` (the registry decides its tier by that)."""
+    return type(name, (), {"__module__": module})
+
+
+def _override_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "replaces the built-in" in r.getMessage()]
+
+
+def test_tiers_follow_the_defining_module(tmp_path, monkeypatch):
+    from trinity.utils.registry import is_builtin_module
+
+    assert is_builtin_module("trinity.algorithm.advantage_fn.opmd")
+    assert is_builtin_module("trinity.workflows")
+    assert not is_builtin_module("trinity.plugins.my_algo")  # the guides' user directory
+    assert not is_builtin_module("opmd_advantage")  # a --plugin-dir module
+    assert not is_builtin_module("__main__")
+    # a third-party package that advertises a Trinity entry point ships built-ins too
+    root = f"acme_{uuid.uuid4().hex[:8]}"
+    _install_dist(tmp_path, "acme_trinity", "trinity.workflows", {"acme": f"{root}.flows:Flow"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _registry().refresh()
+    assert is_builtin_module(f"{root}.flows") and is_builtin_module(f"{root}.other")
+    assert not is_builtin_module(f"{root}x.flows")
+
+
+def test_user_class_replaces_a_builtin_with_one_warning(caplog):
+    reg = _registry()
+    builtin = _cls("OPMD", "trinity.algorithm.fake_opmd")
+    user = _cls("MyOPMD", "my_plugin")
+    reg.register_module("opmd", builtin)
+
+    reg.register_module("opmd", user)
+    reg.register_module("opmd", user)  # a module imported twice: nothing new
+    assert reg.get("opmd") is user and reg.modules["opmd"] is user
+    assert reg.overridden == {"opmd": builtin}
+    assert reg.list() == ["opmd"]
+    (message,) = _override_warnings(caplog)
+    assert "my_plugin.MyOPMD" in message and "trinity.algorithm.fake_opmd.OPMD" in message
+
+    reg.unregister("opmd")  # the user's class goes; the built-in comes back
+    assert reg.get("opmd") is builtin and reg.overridden == {}
+
+
+def test_a_builtin_registered_after_the_user_class_does_not_win_back(caplog):
+    reg = _registry()
+    user = _cls("MyFilter", "my_plugin")
+    builtin = _cls("RewardFilter", "trinity.buffer.fake_operators")
+    reg.register_module("reward_filter", user)
+    assert _override_warnings(caplog) == []  # nothing to replace yet
+    reg.register_module("reward_filter", builtin)  # e.g. `import trinity.buffer` afterwards
+    reg.register_module("reward_filter", builtin)
+    assert reg.get("reward_filter") is user
+    assert reg.overridden == {"reward_filter": builtin}
+    (message,) = _override_warnings(caplog)
+    assert "my_plugin.MyFilter" in message and "fake_operators.RewardFilter" in message
+
+
+def test_two_user_classes_or_two_builtins_under_one_name_are_refused():
+    reg = _registry()
+    reg.register_module("x", _cls("A", "plugin_a"))
+    with pytest.raises(DuplicateModuleError, match=r"plugin_b\.B.*taken by plugin_a\.A"):
+        reg.register_module("x", _cls("B", "plugin_b"))
+    reg.register_module("x", _cls("A", "plugin_a"))  # re-created by a reload: same class
+    reg.register_module("y", _cls("A", "trinity.one"))
+    with pytest.raises(DuplicateModuleError, match="two installed packages"):
+        reg.register_module("y", _cls("B", "trinity.two"))
+    # a user class over "y" does not make a second built-in acceptable
+    reg.register_module("y", _cls("C", "plugin_c"))
+    with pytest.raises(DuplicateModuleError, match=r"trinity\.two\.B.*taken by trinity\.one\.A"):
+        reg.register_module("y", _cls("B", "trinity.two"))
+
+
+def test_user_class_over_a_lazy_entry_point(tmp_path, monkeypatch, caplog):
+    """The installed class is advertised but not imported: the user's takes the name, the
+    warning names the entry point's class, and loading it later (by attribute) changes nothing."""
+    reg = _registry()
+    mod = f"shipped_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{mod}.py").write_text("class Shipped: pass\n")
+    _install_dist(tmp_path, "trinity_shipped", reg.entry_point_group, {"thing": f"{mod}:Shipped"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg.refresh()
+
+    user = _cls("Mine", "my_plugin")
+    reg.register_module("thing", user)
+    (message,) = _override_warnings(caplog)
+    assert "my_plugin.Mine" in message and f"{mod}.Shipped" in message
+    assert reg.get("thing") is user
+    assert mod not in sys.modules  # the built-in was not needed
+
+    shipped = reg.find_by_attr("Shipped")  # `from trinity.common.workflows import X` path
+    assert shipped.__module__ == mod and shipped is not user
+    assert reg.get("thing") is user and reg.overridden == {"thing": shipped}
+    assert len(_override_warnings(caplog)) == 1
+    reg.unregister("thing")
+    assert reg.get("thing") is shipped
+
+
+def test_force_takes_the_name_and_a_forced_user_class_can_be_undone():
+    reg = _registry()
+    builtin = _cls("B", "trinity.fake")
+    reg.register_module("n", builtin)
+    other = _cls("Other", "trinity.fake2")
+    reg.register_module("n", other, force=True)
+    assert reg.get("n") is other
+    user = _cls("U", "user_mod")
+    reg.register_module("n", user, force=True)
+    assert reg.get("n") is user
+    reg.unregister("n")
+    assert reg.get("n") is other

@@ -312,6 +312,44 @@ def test_plugin_workflows_and_config_entries_show_up(tmp_path, studio_plugin):
     ]
 
 
+OVERRIDE_PLUGIN = """
+from trinity.algorithm import ALGORITHM_TYPE, AlgorithmType
+
+
+@ALGORITHM_TYPE.register_module("opmd")  # a built-in's name: this class replaces it
+class StudioUserOPMD(AlgorithmType):
+    use_reference = True
+    schema = "experience"
+
+    @classmethod
+    def default_config(cls):
+        return {"repeat_times": 3, "advantage_fn": "opmd", "policy_loss_fn": "opmd"}
+"""
+
+
+def test_a_plugin_that_replaces_a_builtin_shows_its_defaults(tmp_path, monkeypatch):
+    from trinity.algorithm import ALGORITHM_TYPE
+    from trinity.algorithm.algorithm import OPMDAlgorithm
+
+    plugin_dir = tmp_path / "plugins"
+    plugin_dir.mkdir()
+    (plugin_dir / "studio_user_opmd.py").write_text(OVERRIDE_PLUGIN)
+    monkeypatch.setenv("TRINITY_PLUGIN_DIRS", str(plugin_dir))
+    try:
+        at = new_app()
+        assert ALGORITHM_TYPE.get("opmd").__name__ == "StudioUserOPMD"
+        at.radio(key="_page_mode").set_value("Expert Mode").run()
+        options = at.selectbox(key="algorithm_type").options
+        assert options.count("opmd") == 1
+        at.selectbox(key="algorithm_type").set_value("opmd").run()
+        assert not at.exception, at.exception
+        assert OPMDAlgorithm.default_config()["repeat_times"] != 3
+        assert at.session_state["repeat_times"] == 3  # the user's class, not the built-in
+    finally:
+        ALGORITHM_TYPE.unregister("opmd")  # the built-in comes back
+    assert ALGORITHM_TYPE.get("opmd") is OPMDAlgorithm
+
+
 def test_unknown_workflow_in_a_loaded_yaml_is_shown_at_its_field(tmp_path):
     at = fill_essentials(new_app(), tmp_path)
     text = generate(at)

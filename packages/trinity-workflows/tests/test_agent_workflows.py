@@ -411,8 +411,24 @@ def test_register_tool_infers_schema_and_toolset_reports_failures(scratch_tools)
     assert raised.content == "Error: broken failed: RuntimeError: disk on fire"
     assert slow.content == "Error: sleepy timed out after 0.1s."
 
-    with pytest.raises(ValueError, match="already taken"):
-        register_tool("calculator")(lambda expression: expression)
+    # a user's tool may take a built-in tool's name (user code over built-ins) ...
+    builtin = TOOLS.get("calculator")
+
+    def echo(expression: str) -> str:
+        return expression
+
+    def twice(expression: str) -> str:
+        return expression * 2
+
+    mine = register_tool("calculator")(echo)
+    try:
+        assert TOOLS.get("calculator") is mine and TOOLS.overridden["calculator"] is builtin
+        # ... but two user tools cannot share one
+        with pytest.raises(ValueError, match="already taken"):
+            register_tool("calculator")(twice)
+    finally:
+        TOOLS.unregister("calculator")
+    assert TOOLS.get("calculator") is builtin
 
 
 def test_toolset_truncates_long_output(scratch_tools):

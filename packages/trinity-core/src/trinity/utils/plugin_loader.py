@@ -11,6 +11,12 @@ names. That keeps three things true at once: plugin modules can import each othe
 classes twice), classes pickle by reference, and a Ray worker that loads the same directories
 gets the same module names. :func:`load_plugins` records what it loaded in
 ``TRINITY_PLUGIN_DIRS`` so child processes inherit it.
+
+Plugin modules are user code for the registries (:mod:`trinity.utils.registry`): a plugin that
+registers a name a built-in uses (the guides' ``"opmd"``, ``"reward_filter"``) replaces the
+built-in in every process that loads the directory, whatever the order of imports. Plain module
+names keep that true; a plugin directory may therefore not hold modules in the ``trinity``
+namespace (other than ``trinity.plugins``), which would pass for built-ins.
 """
 
 from __future__ import annotations
@@ -123,6 +129,14 @@ def load_plugins(
         if str(root) not in sys.path:
             sys.path.append(str(root))
         for name, file in _module_files(root):
+            if name.split(".")[0] == "trinity" and not (
+                name == "trinity.plugins" or name.startswith("trinity.plugins.")
+            ):
+                raise PluginLoadError(
+                    f"Plugin module {name!r} ({file}) is in the 'trinity' namespace, where the "
+                    "installed packages' built-ins live. Move it out of the 'trinity' folder of "
+                    f"plugin directory {root} (or into 'trinity/plugins')."
+                )
             _import(name, file)
             loaded.append(name)
     if dirs:

@@ -10,9 +10,33 @@ Every pluggable component family (workflows, reward functions, advantage functio
   ``WORKFLOWS.get("math_workflow")`` works with only ``trinity-workflows`` installed and nothing
   imported by hand, and ``trinity-core`` never imports a sibling package.
 
-Names are unique: registering a second, different object under a taken name is refused (silently
-shadowing a built-in is a bug users only find after a training run). An unknown name raises an
-error listing the known names and the closest match.
+Two tiers, user code over built-ins
+-----------------------------------
+Every registration is either a *built-in* or *user code*, decided by where the registered
+object was defined (its ``__module__``), never by the order of imports:
+
+* **built-in** — defined in an installed package: anywhere in the ``trinity.*`` namespace that
+  Trinity's distributions ship (``trinity.algorithm``, ``trinity.buffer``, ``trinity.workflows``,
+  ``trinity.common``, ...), except ``trinity.plugins``; or in a top-level package that an
+  installed distribution advertises through an entry point in a ``trinity.*`` group. Whatever an
+  entry point loads is a built-in too.
+* **user code** — everything else: a module the user imports, a ``--plugin-dir`` module (the
+  plugin loader imports those under their plain file names), ``trinity.plugins.*``,
+  ``__main__``, a notebook.
+
+A user registration of a name a built-in holds *replaces the built-in in this process*, as in
+Trinity-RFT (whose guides register ``"opmd"`` and ``"reward_filter"``, names the built-ins
+use): :meth:`Registry.get`, configs naming it and the Studio's lists resolve to the user's
+class, and one warning names both classes. The order does not matter: a built-in imported
+*after* the user's registration (``import trinity.algorithm`` later, or a lazily loaded entry
+point) stays behind the user's class. :meth:`Registry.unregister` of the user's name brings the
+built-in back.
+
+Refused with :class:`DuplicateModuleError` (silent shadowing within one tier is a bug users
+only find after a training run): two user registrations of one name with different classes,
+two built-ins of one name (two installed packages advertising it). The same class registered
+again (a module imported twice, or re-created by ``importlib.reload``) is a no-op. An unknown
+name raises an error listing the known names and the closest match.
 """
 
 from __future__ import annotations
@@ -21,7 +45,9 @@ import difflib
 import threading
 from collections.abc import Callable, Iterator
 from importlib import metadata
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Literal, TypeVar, overload
+
+from trinity.utils.log import get_logger
 
 __all__ = [
     "Registry",
@@ -29,9 +55,16 @@ __all__ = [
     "UnknownModuleError",
     "DuplicateModuleError",
     "EntryPointLoadError",
+    "is_builtin_module",
 ]
 
 T = TypeVar("T")
+Tier = Literal["builtin", "user"]
+
+logger = get_logger(__name__)
+
+#: The user's own namespace inside ``trinity`` (the guides' ``trinity/plugins`` directory).
+USER_NAMESPACE = "trinity.plugins"
 
 
 class RegistryError(Exception):
@@ -64,7 +97,7 @@ class UnknownModuleError(RegistryError, KeyError, ValueError):
 
 
 class DuplicateModuleError(RegistryError, ValueError, KeyError):
-    """Raised when a name is registered twice with different objects."""
+    """Raised when one tier (built-in or user code) registers a name twice, different objects."""
 
     def __str__(self) -> str:  # KeyError would print the message quoted
         return str(self.args[0]) if self.args else ""
@@ -85,8 +118,66 @@ def _qualname(obj: Any) -> str:
     return f"{module}.{qual}"
 
 
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+_roots_lock = threading.Lock()
+_installed_roots: frozenset[str] | None = None
+
+
+def _advertised_roots() -> frozenset[str]:
+    """Top-level packages outside ``trinity`` that installed distributions advertise.
+
+    Read from the entry points of every ``trinity.*`` group (a third-party package that ships
+    Trinity components declares them there), once per process (:meth:`Registry.refresh` clears it).
+    """
+    global _installed_roots
+    with _roots_lock:
+        if _installed_roots is None:
+            roots = set()
+            for dist in metadata.distributions():
+                for ep in dist.entry_points:
+                    if ep.group.startswith("trinity."):
+                        root = ep.value.partition(":")[0].strip().split(".")[0]
+                        if root and root != "trinity":
+                            roots.add(root)
+            _installed_roots = frozenset(roots)
+        return _installed_roots
+
+
+def is_builtin_module(module: str | None) -> bool:
+    """Whether code defined in module ``module`` ships with an installed package (a built-in).
+
+    ``trinity.*`` (but not ``trinity.plugins``) is the namespace of Trinity's own distributions;
+    other installed packages count when they advertise entry points in a ``trinity.*`` group.
+    Anything else — plugin-directory modules, ``__main__``, a user's package — is user code.
+    """
+    if not module:
+        return False
+    if _within(module, USER_NAMESPACE):
+        return False
+    if _within(module, "trinity"):
+        return True
+    return any(_within(module, root) for root in _advertised_roots())
+
+
+def _tier_of(obj: Any) -> Tier:
+    module = getattr(obj, "__module__", None)
+    return "builtin" if is_builtin_module(module if isinstance(module, str) else None) else "user"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same object, or the same class re-created (``importlib.reload``, a re-run module)."""
+    return a is b or _qualname(a) == _qualname(b)
+
+
 class Registry(Generic[T]):
     """A named registry of modules (usually classes).
+
+    Names resolve by tier: user code over built-ins (see the module docstring for the rule and
+    for how a registration's tier is decided). :meth:`get` returns the winner; :attr:`overridden`
+    holds the built-ins user code replaced.
 
     Args:
         name: the registry's name, used in messages (e.g. ``"workflows"``).
@@ -100,7 +191,12 @@ class Registry(Generic[T]):
     def __init__(self, name: str, entry_point_group: str | None = None) -> None:
         self.name = name
         self.entry_point_group = entry_point_group or f"trinity.{name}"
+        #: the winner of each name (what :meth:`get` returns) and its tier
         self._modules: dict[str, T] = {}
+        self._tiers: dict[str, Tier] = {}
+        #: built-ins a user registration replaced, by name
+        self._overridden: dict[str, T] = {}
+        self._warned: set[str] = set()
         self._lock = threading.RLock()
         self._entry_points: dict[str, list[metadata.EntryPoint]] | None = None
 
@@ -114,10 +210,11 @@ class Registry(Generic[T]):
     def register_module(self, module_name: str, module_cls: Any = None, force: bool = False) -> Any:
         """Register ``module_cls`` under ``module_name``; without ``module_cls``, return a decorator.
 
-        Registering the very same object again is a no-op (a module imported twice through
-        the same path); so is re-registering a class re-created by ``importlib.reload`` (same
-        module and qualified name). Anything else under a taken name raises
-        :class:`DuplicateModuleError` unless ``force=True``.
+        User code registering a built-in's name replaces the built-in (one warning names both).
+        Registering the very same object again is a no-op (a module imported twice through the
+        same path); so is re-registering a class re-created by ``importlib.reload`` (same module
+        and qualified name). A different object under a name its own tier already holds raises
+        :class:`DuplicateModuleError`, unless ``force=True`` (then it simply takes the name).
         """
         if not isinstance(module_name, str) or not module_name:
             raise TypeError(
@@ -134,38 +231,107 @@ class Registry(Generic[T]):
 
         return decorator
 
-    def _register(self, name: str, module: T, force: bool) -> None:
+    def _register(self, name: str, module: T, force: bool, tier: Tier | None = None) -> None:
+        tier = tier or _tier_of(module)
         with self._lock:
             existing = self._modules.get(name)
-            if existing is not None and existing is not module and not force:
-                if _qualname(existing) != _qualname(module):
-                    raise DuplicateModuleError(
-                        f"Cannot register {_qualname(module)} as {self.name} {name!r}: "
-                        f"the name is already taken by {_qualname(existing)}. "
-                        "Choose another name (names are unique across installed packages "
-                        "and plugins)."
-                    )
-            self._modules[name] = module
+            if existing is None:
+                self._modules[name] = module
+                self._tiers[name] = tier
+                if tier == "user":
+                    self._warn_if_advertised(name, module)
+                return
+            if force:  # takes the name whatever holds it; a replaced built-in can come back
+                if tier == "user" and self._tiers[name] == "builtin":
+                    self._overridden[name] = existing
+                elif tier == "builtin":
+                    self._overridden.pop(name, None)
+                self._modules[name] = module
+                self._tiers[name] = tier
+                return
+            held = self._tiers[name]
+            if tier == held:
+                if not _same(existing, module):
+                    raise self._duplicate(name, module, existing, tier)
+                self._modules[name] = module  # a reloaded class replaces its old self
+            elif tier == "user":  # user code replaces the built-in that holds the name
+                self._overridden[name] = existing
+                self._modules[name] = module
+                self._tiers[name] = "user"
+                self._warn_override(name, module, _qualname(existing))
+            else:  # a built-in arriving after the user's class stays behind it
+                behind = self._overridden.get(name)
+                if behind is not None and not _same(behind, module):
+                    raise self._duplicate(name, module, behind, "builtin")
+                self._overridden[name] = module
+                self._warn_override(name, existing, _qualname(module))
+
+    def _duplicate(self, name: str, module: Any, existing: Any, tier: Tier) -> DuplicateModuleError:
+        why = (
+            "two installed packages register it; uninstall one of them"
+            if tier == "builtin"
+            else "user code may replace a built-in, but two user classes cannot share a name; "
+            "choose another name"
+        )
+        return DuplicateModuleError(
+            f"Cannot register {_qualname(module)} as {self.name} {name!r}: the name is already "
+            f"taken by {_qualname(existing)} ({why})."
+        )
+
+    def _warn_override(self, name: str, user: Any, builtin: str) -> None:
+        if name in self._warned:
+            return
+        self._warned.add(name)
+        logger.warning(
+            "%s %r: user code %s replaces the built-in %s in this process.",
+            self.name,
+            name,
+            _qualname(user),
+            builtin,
+        )
+
+    def _warn_if_advertised(self, name: str, user: Any) -> None:
+        """A user class took a name an installed package advertises but nobody loaded yet."""
+        eps = self._get_entry_points().get(name)
+        if eps:
+            self._warn_override(name, user, " / ".join(ep.value.replace(":", ".") for ep in eps))
 
     def unregister(self, name: str) -> None:
-        """Remove ``name`` (for tests and interactive sessions)."""
+        """Remove ``name`` (tests, interactive sessions); a built-in it replaced comes back."""
         with self._lock:
             self._modules.pop(name, None)
+            self._tiers.pop(name, None)
+            self._warned.discard(name)
+            builtin = self._overridden.pop(name, None)
+            if builtin is not None:
+                self._modules[name] = builtin
+                self._tiers[name] = "builtin"
 
     # ------------------------------------------------------------------ lookup
     def get(self, name: str) -> T:
         """Return the module registered as ``name``, loading an entry point if needed.
 
+        User code's registration wins over a built-in of the same name.
+
         Raises:
             UnknownModuleError: nobody registered ``name``; the message lists known names.
+            DuplicateModuleError: the name resolves to a built-in and more than one installed
+                package advertises it.
             EntryPointLoadError: an installed package advertises ``name`` but fails to import.
         """
         with self._lock:
-            if name in self._modules:
+            if self._tiers.get(name) == "user":
                 return self._modules[name]
         eps = self._get_entry_points().get(name)
         if eps:
-            return self._load_entry_point(name, eps)
+            self._check_single_source(name, eps)
+        with self._lock:
+            if name in self._modules:
+                return self._modules[name]
+        if eps:
+            self._load_entry_point(name, eps)
+            with self._lock:
+                return self._modules[name]
         raise UnknownModuleError(self.name, name, self.list())
 
     def __getitem__(self, name: str) -> T:
@@ -194,9 +360,18 @@ class Registry(Generic[T]):
 
     @property
     def modules(self) -> dict[str, T]:
-        """The modules registered in this process so far (entry points not yet loaded)."""
+        """The modules registered in this process so far (entry points not yet loaded).
+
+        For a name user code took over, the user's class.
+        """
         with self._lock:
             return dict(self._modules)
+
+    @property
+    def overridden(self) -> dict[str, T]:
+        """The built-ins that user registrations replaced in this process, by name."""
+        with self._lock:
+            return dict(self._overridden)
 
     def load_all(self) -> dict[str, T]:
         """Load every advertised entry point and return all modules (e.g. to list choices)."""
@@ -205,16 +380,19 @@ class Registry(Generic[T]):
         return self.modules
 
     def find_by_attr(self, attr: str) -> T | None:
-        """Load the entry point whose target attribute is named ``attr`` (e.g. ``MathWorkflow``).
+        """The built-in whose entry point targets an attribute named ``attr`` (``MathWorkflow``).
 
         Lets ``trinity.common.workflows.MathWorkflow`` — a name the guides use — resolve to a
         class that lives in another distribution, without core importing that distribution.
+        It is the installed class of that name even where user code took its registry name.
         """
         for name, eps in self._get_entry_points().items():
-            if any(ep.value.rpartition(":")[2].split(".")[-1] == attr for ep in eps):
-                return self.get(name)
+            for ep in eps:
+                if ep.value.rpartition(":")[2].split(".")[-1] == attr:
+                    self._check_single_source(name, eps)
+                    return self._load_entry_point(name, [ep])
         with self._lock:
-            for module in self._modules.values():
+            for module in [*self._modules.values(), *self._overridden.values()]:
                 if getattr(module, "__name__", None) == attr:
                     return module
         return None
@@ -236,8 +414,11 @@ class Registry(Generic[T]):
 
     def refresh(self) -> None:
         """Re-read installed entry points (after installing a package in a running process)."""
+        global _installed_roots
         with self._lock:
             self._entry_points = None
+        with _roots_lock:
+            _installed_roots = None
 
     # ------------------------------------------------------------------ entry points
     def _get_entry_points(self) -> dict[str, list[metadata.EntryPoint]]:
@@ -251,13 +432,17 @@ class Registry(Generic[T]):
                 self._entry_points = found
             return self._entry_points
 
-    def _load_entry_point(self, name: str, eps: list[metadata.EntryPoint]) -> T:
+    def _check_single_source(self, name: str, eps: list[metadata.EntryPoint]) -> None:
         if len(eps) > 1:
             sources = "; ".join(f"{_dist_name(ep)} ({ep.value})" for ep in eps)
             raise DuplicateModuleError(
                 f"{self.name} {name!r} is advertised by more than one installed package: "
                 f"{sources}. Uninstall one of them."
             )
+
+    def _load_entry_point(self, name: str, eps: list[metadata.EntryPoint]) -> T:
+        """Import the (single) entry point of ``name`` and register it as the built-in."""
+        self._check_single_source(name, eps)
         ep = eps[0]
         try:
             obj = ep.load()
@@ -267,11 +452,10 @@ class Registry(Generic[T]):
                 f"(entry point {ep.value!r} in group {self.entry_point_group!r}) "
                 f"but importing it failed: {type(exc).__name__}: {exc}"
             ) from exc
-        with self._lock:
-            # Importing the module usually ran its @register_module decorator already.
-            if name not in self._modules:
-                self._register(name, obj, force=False)
-            return self._modules[name]
+        # Importing the module usually ran its @register_module decorator already; then this
+        # is a no-op. What an entry point loads is a built-in wherever it was defined.
+        self._register(name, obj, force=False, tier="builtin")
+        return obj
 
     def __repr__(self) -> str:
         return f"Registry(name={self.name!r}, entry_point_group={self.entry_point_group!r})"
