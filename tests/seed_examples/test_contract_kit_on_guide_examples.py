@@ -3,21 +3,18 @@
 What a plugin author gets from ``class TestMine(PolicyLossContract): component = Mine`` must hold
 for the code the guides teach: the OPMD advantage and both OPMD policy losses of the algorithm
 guide, the operator guide's ``RewardFilter`` and the workflow guide's ``ExampleWorkflow``, each
-loaded verbatim from ``snippets/``.
+cut out of the guide texts and run verbatim (``seed_guides.py``).
 
-The snippets register under names the built-ins hold ("opmd", "reward_filter"), and registries
-refuse a second class under a taken name: they are loaded with the name free and the built-in
-put back at once; the ``registered_snippet`` fixture swaps the snippet in for each test (the
-registration rule checks it) and restores the built-in after.
+The blocks register under names the built-ins hold ("opmd", "reward_filter"): as user code they
+replace the built-in (the registry's override rule). They are loaded once, their registrations
+undone at once (the built-ins come back); the ``registered_snippet`` fixture registers the
+class under test for each test (the registration rule checks it) and undoes it after.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from seed_guides import SNIPPETS, run_blocks, unregister_guide_classes
 
 from trinity.algorithm.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.policy_loss_fn import POLICY_LOSS_FN
@@ -30,32 +27,6 @@ from trinity.testing import (
     WorkflowContract,
 )
 
-SNIPPETS = Path(__file__).parent / "snippets"
-
-
-def _load(snippet: str, registry, name: str):
-    """Import a snippet with ``name`` free in ``registry``; put the previous holder back."""
-    previous = registry.modules.get(name)
-    registry.unregister(name)
-    try:
-        module_name = f"seed_kit_{snippet}"
-        spec = importlib.util.spec_from_file_location(module_name, SNIPPETS / f"{snippet}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        registry.unregister(name)
-        if previous is not None:
-            registry.register_module(name, previous, force=True)
-
-
-OPMD_ADVANTAGE = _load("opmd_advantage_003", ADVANTAGE_FN, "opmd").OPMDGroupAdvantage
-OPMD_LOSS_000 = _load("opmd_policy_loss_000", POLICY_LOSS_FN, "opmd").OPMDPolicyLossFn
-OPMD_LOSS_003 = _load("opmd_policy_loss_003", POLICY_LOSS_FN, "opmd").OPMDPolicyLossFn
-REWARD_FILTER = _load("reward_filter", EXPERIENCE_OPERATORS, "reward_filter").RewardFilter
-EXAMPLE_WORKFLOW = _load("example_workflow_full", WORKFLOWS, "example_workflow").ExampleWorkflow
-
 _REGISTRIES = {
     "trinity.algorithm.advantage_fn:ADVANTAGE_FN": ADVANTAGE_FN,
     "trinity.algorithm.policy_loss_fn:POLICY_LOSS_FN": POLICY_LOSS_FN,
@@ -64,20 +35,37 @@ _REGISTRIES = {
 }
 
 
+def _load(snippet: str):
+    """Run the guide blocks of ``snippet`` in a module of their own (kept for the classes),
+    then undo its registrations (two guide versions register "opmd")."""
+    module = run_blocks(*SNIPPETS[snippet], name=f"guide_kit_{snippet}")
+    for registry in _REGISTRIES.values():
+        for name, obj in list(registry.modules.items()):
+            if getattr(obj, "__module__", "") == module.__name__:
+                registry.unregister(name)
+    return module
+
+
+OPMD_ADVANTAGE = _load("opmd_advantage_003").OPMDGroupAdvantage
+OPMD_LOSS_000 = _load("opmd_policy_loss_000").OPMDPolicyLossFn
+OPMD_LOSS_003 = _load("opmd_policy_loss_003").OPMDPolicyLossFn
+REWARD_FILTER = _load("reward_filter").RewardFilter
+EXAMPLE_WORKFLOW = _load("example_workflow_full").ExampleWorkflow
+
+unregister_guide_classes()
+
+
 @pytest.fixture(autouse=True)
 def registered_snippet(request):
-    """Register the test class's snippet under its guide name for the test; restore after."""
+    """Register the test class's guide component under its guide name for the test."""
     cls = request.cls
     registry = _REGISTRIES[cls.registry_path]
     name = cls.registered_name
-    previous = registry.modules.get(name)
-    registry.register_module(name, cls.component, force=True)
+    registry.register_module(name, cls.component)
     try:
         yield
     finally:
-        registry.unregister(name)
-        if previous is not None:
-            registry.register_module(name, previous, force=True)
+        registry.unregister(name)  # a built-in it replaced comes back
 
 
 class TestGuideOPMDAdvantage(AdvantageFnContract):
