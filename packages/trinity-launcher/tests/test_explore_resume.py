@@ -163,10 +163,12 @@ def test_a_killed_explore_run_resumes_without_doubling_its_output(tmp_path, expl
 
 @pytest.mark.slow
 def test_a_run_that_may_not_resume_is_renamed_and_says_so(tmp_path, explore_config):
-    first = explore_config("again", buffer={"batch_size": 2, "total_steps": 1})
+    first = explore_config("again")
+    config = yaml.safe_load(first.read_text())
+    config["buffer"].update(batch_size=2, total_steps=1)
+    first.write_text(yaml.safe_dump(config))
     run_to_end(first, tmp_path / "first.log")
     # continue_from_checkpoint false: a new run beside the old one, never appended to it
-    config = yaml.safe_load(first.read_text())
     config["continue_from_checkpoint"] = False
     config["buffer"]["trainer_input"]["experience_buffer"]["path"] = str(tmp_path / "new.db")
     again = tmp_path / "again2.yaml"
