@@ -376,7 +376,9 @@ def test_algorithm_blocks_resolve_process_and_train(label, rollout_model, policy
     assert [e.reward for e in kept] == [r / 3 for r in (1, 2, 3)] * 2
     for e in kept:
         torch.testing.assert_close(e.advantages, (e.reward - 2 / 3) * e.action_mask.float())
-    assert metrics["experience_pipeline/advantage_fn/group_baseline"] == pytest.approx(2 / 3)
+    assert metrics[
+        "experience_pipeline/advantage_fn/group_advantages/group_baseline/mean"
+    ] == pytest.approx(2 / 3)
 
     loss_fn = resolved.build_policy_loss_fn()
     before = [p.detach().clone() for p in policy.parameters()]
@@ -589,7 +591,11 @@ def test_guide_opmd_and_reward_filter_train_in_mode_both(tmp_path, tiny_model):
         assert r["experience_pipeline/experience_count"] == KEPT_PER_STEP
         # ... before the guide's advantage function, which saw only kept groups
         # (rewards in [1, 1.09]: their baselines lie there too)
-        assert 1.0 <= r["experience_pipeline/advantage_fn/group_baseline"] <= 1.09
+        assert (
+            1.0
+            <= r["experience_pipeline/advantage_fn/group_advantages/group_baseline/mean"]
+            <= 1.09
+        )
         # the trainer stepped on the kept experiences with the guide's OPMD loss
         assert r["batch/size"] == KEPT_PER_STEP
         assert r["actor/opmd_loss"] == pytest.approx(r["actor/pg_loss"])

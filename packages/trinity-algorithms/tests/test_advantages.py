@@ -230,7 +230,7 @@ def test_opmd_formulas_by_hand():
         assert e.advantages[0].item() == pytest.approx(x - float(base), abs=1e-6)
     exps = [exp("t", r, x) for r, x in enumerate(rewards)]
     _, metrics = OPMDGroupAdvantage()(exps)
-    assert metrics["group_baseline"] == pytest.approx(1.0)
+    assert metrics["group_advantages/group_baseline/mean"] == pytest.approx(1.0)
     assert [e.advantages[0].item() for e in exps] == [0.0, -1.0, 1.0]
 
 
@@ -248,7 +248,9 @@ def test_asymre_and_reinforce_and_rloo_by_hand():
     assert [round(e.advantages[0].item(), 6) for e in exps] == [0.6, -0.4, 0.1]
     exps = [exp("t", r, x) for r, x in enumerate(rewards)]
     _, m = REINFORCEGroupAdvantage()(exps)
-    assert [e.advantages[0].item() for e in exps] == rewards and m["reward_mean"] == 0.5
+    assert [e.advantages[0].item() for e in exps] == rewards and m[
+        "group_advantages/reward_mean/mean"
+    ] == 0.5
     exps = [exp("t", r, x) for r, x in enumerate(rewards)]
     RLOOAdvantageFn()(exps)
     assert [round(e.advantages[0].item(), 6) for e in exps] == [0.75, -0.75, 0.0]
@@ -464,7 +466,9 @@ def test_step_wise_vectorized_equals_per_group(kwargs, zero_singletons):
     out_v, out_g, m_v, m_g = both_paths(fn, exps)
     assert_same_results(out_v, out_g)
     for key in ("reward_mean", "reward_std"):
-        assert m_v[key] == pytest.approx(m_g[key], abs=1e-9)
+        for stat in ("mean", "max", "min"):
+            name = f"group_advantages/{key}/{stat}"
+            assert m_v[name] == pytest.approx(m_g[name], abs=1e-9)
     assert m_v["experience_count"] == len(out_v)
 
 

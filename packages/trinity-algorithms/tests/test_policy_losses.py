@@ -490,3 +490,97 @@ def test_mix_micro_batch_weights_follow_trinity_rft(dynamic):
         w_usual, w_expert = 2 * 2 / 6, 2 * 2 / 2
     torch.testing.assert_close(loss, 0.5 * ppo * w_usual + 0.5 * sft * w_expert)
     torch.testing.assert_close(plain, 0.5 * ppo + 0.5 * sft)
+
+
+# ----------------------------------------------------------------- Trinity-RFT call style
+_VERL_KEYS = {
+    "old_logprob": "old_log_probs",
+    "ref_logprob": "ref_log_prob",
+    "action_mask": "response_mask",
+}
+
+
+@pytest.mark.parametrize("name", ["ppo", "gspo", "sft", "opmd", "mix", "sapo"])
+def test_losses_take_verl_batch_keys(name):
+    """``loss(log_prob=..., **verl_batch)`` (Trinity-RFT's tests) equals ``compute``."""
+    batch = make_batch()
+    fn = build(name)
+    expected, expected_metrics = run(fn, batch)
+    verl = {_VERL_KEYS.get(k, k): v for k, v in batch.items() if k != "logprob"}
+    loss, metrics = fn(log_prob=batch["logprob"], **verl)
+    torch.testing.assert_close(loss, expected)
+    assert metrics == expected_metrics
+
+
+def test_explicit_trinity_key_wins_and_strict_signature_gets_only_its_fields():
+    class Strict(PolicyLossFn):
+        def __call__(self, logprob, action_mask):  # no **kwargs
+            return aggregate_loss(-logprob, action_mask), {}
+
+    batch = make_batch()
+    other = torch.zeros_like(batch["action_mask"])
+    loss, _ = Strict()(
+        log_prob=batch["logprob"],
+        response_mask=other,  # the backend alias ...
+        action_mask=batch["action_mask"],  # ... loses to the explicit name
+        old_log_probs=batch["old_logprob"],  # not named by Strict: dropped
+    )
+    torch.testing.assert_close(loss, aggregate_loss(-batch["logprob"], batch["action_mask"]))
+    assert Strict().select_keys == ["action_mask"]
+
+
+def test_ppo_truncates_importance_ratio_per_advantage_sign():
+    batch = make_batch(lengths=[6, 6, 6, 6])
+    batch["old_logprob"] = batch["logprob"] - torch.linspace(-2, 2, 6)  # ratios e^-2 .. e^2
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=batch["logprob"].dtype)[:, None]
+    batch["advantages"] = adv.expand(4, 6).clone()
+    plain = build("ppo", clip_range=0.2, clip_ratio_c=None)
+    pos = build("ppo", clip_range=0.2, clip_ratio_c=None, truncate_adv_pos_is=True,
+                truncate_is_range_low=0.5)  # fmt: skip
+    neg = build("ppo", clip_range=0.2, clip_ratio_c=None, truncate_adv_neg_is=True,
+                truncate_is_range_high=2.0)  # fmt: skip
+    base, _ = run(plain, batch)
+    lp, mp = run(pos, batch)
+    ln, mn = run(neg, batch)
+    # positive advantage, ratio < 0.5 (two tokens of each positive row): loss capped at -0.5 A
+    assert mp["is_truncate_frac_pos"] == pytest.approx(4 / 24)
+    assert lp.item() < base.item()
+    # negative advantage, ratio > 2 (two tokens of each negative row): loss capped at 2 |A|
+    assert mn["is_truncate_frac_neg"] == pytest.approx(4 / 24)
+    assert ln.item() < base.item()
+    with pytest.raises(ValueError, match="truncate_is_range_low"):
+        build("ppo", clip_range=0.2, truncate_adv_pos_is=True, truncate_is_range_low=0.9)
+    with pytest.raises(ValueError, match="truncate_is_range_high"):
+        build("ppo", clip_range=0.2, truncate_adv_neg_is=True, truncate_is_range_high=1.1)
+
+
+def test_sequence_masking_names_and_token_sum():
+    assert build("ppo", clip_range=0.2, delta=0.3).delta_sequence_masking == 0.3
+    assert build("ppo", clip_range=0.2, delta_sequence_masking=0.4).delta == 0.4
+    with pytest.raises(ValueError, match="same setting"):
+        build("ppo", clip_range=0.2, delta=0.3, delta_sequence_masking=0.4)
+    batch = make_batch()
+    mask = batch["action_mask"]
+    total = aggregate_loss(batch["logprob"], mask, "token-sum")
+    torch.testing.assert_close(total, (batch["logprob"] * mask).sum())
+    assert "token-sum" in LOSS_AGG_MODES
+
+
+def test_dpo_batch_sum_and_sapo_surrogate_options():
+    batch = make_batch(lengths=[6, 3, 1, 5, 2])  # odd: per-pair DPO refuses it
+    with pytest.raises(ValueError, match="odd batch"):
+        run(build("dpo"), batch)
+    loss, _ = run(build("dpo", sum_pairs_over_batch=True), batch)
+    m = batch["action_mask"].to(batch["logprob"].dtype)
+    ratio = (batch["logprob"] - batch["ref_logprob"]) * m
+    z = ratio[0::2].sum() - ratio[1::2].sum()
+    torch.testing.assert_close(loss, -torch.nn.functional.logsigmoid(0.1 * z))
+
+    batch = make_batch()
+    lp = batch["logprob"].clone().requires_grad_(True)
+    loss, _ = build("sapo", trinity_rft_surrogate=True).compute(lp, batch)
+    ratio = torch.exp(batch["logprob"] - batch["old_logprob"])
+    tau = torch.where(batch["advantages"] > 0, 1.0, 1.05)
+    gate = torch.sigmoid(tau * (ratio - 1)) * 4 / tau
+    expected = aggregate_loss(-batch["advantages"] * gate * batch["logprob"], batch["action_mask"])
+    torch.testing.assert_close(loss, expected)

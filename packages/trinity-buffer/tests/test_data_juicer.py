@@ -128,7 +128,8 @@ def test_data_juicer_in_an_experience_pipeline_config(dj, tmp_path):
                             "args": {
                                 "reward_shaping_configs": [
                                     {"stats_key": "text_len", "op_type": "ADD", "weight": 0.01}
-                                ]
+                                ],
+                                "report_reward_diff": True,
                             },
                         },
                     ]

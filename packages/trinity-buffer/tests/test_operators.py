@@ -215,16 +215,18 @@ def test_reward_shaping_mapper_applies_configs_in_order():
             {"stats_key": "quality", "op_type": "ADD", "weight": 2.0},
             {"stats_key": "len", "op_type": "div"},
             {"stats_key": "missing", "op_type": "MUL", "weight": 3.0},
-        ]
+        ],
+        report_reward_diff=True,
     )
     out, metrics = op.process([a, b, c])
-    assert out == [a, b, c]  # mappers never drop
-    assert a.reward == pytest.approx(1.0)  # (1 + 2 * 0.5) / 2
-    assert b.reward is None and c.reward == 2.0
+    assert len(out) == 3 and out[1] is b  # mappers never drop; rewardless ones pass as is
+    assert out[0].reward == pytest.approx(1.0)  # (1 + 2 * 0.5) / 2
+    assert out[0].tokens is a.tokens and a.reward == 1.0  # shaped copies, inputs untouched
+    assert out[1].reward is None and out[2].reward == 2.0
     assert metrics == {"reward_diff/mean": 0.0, "reward_diff/min": 0.0, "reward_diff/max": 0.0}
     d = exp(reward=1.0, info={"quality": 0.25})
-    _, metrics = RewardShapingMapper([{"stats_key": "quality", "op_type": "SUB"}]).process([d])
-    assert d.reward == 0.75 and metrics["reward_diff/mean"] == -0.25
+    out, metrics = RewardShapingMapper([{"stats_key": "quality", "op_type": "SUB"}]).process([d])
+    assert out[0].reward == 0.75 and metrics == {}  # no metrics unless asked (Trinity-RFT)
     assert RewardShapingMapper().process([]) == ([], {})
 
 

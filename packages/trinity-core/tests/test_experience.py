@@ -16,6 +16,7 @@ from trinity.common.experience import (
     CustomField,
     Experience,
     Experiences,
+    InvalidExperienceError,
     collate_experiences,
     deserialize_experiences,
     gather_experiences,
@@ -119,7 +120,7 @@ class TestEID:
 
     def test_repr_mentions_fields(self):
         r = repr(EID(batch=1, task=2, run=3, step=4, suffix="zz"))
-        assert "batch=1" in r and "run=3" in r and "'zz'" in r
+        assert r == "EID(batch=1, task=2, run=3, step=4, uuid=zz)"  # Trinity-RFT's format
 
 
 # ----------------------------------------------------------------------- Experience
@@ -202,8 +203,21 @@ class TestExperienceValidation:
             Experience(tokens=[1, 2, 3, 4, 5], prompt_length=2, **{name: [0.0, 0.0]})
 
     def test_action_mask_length(self):
-        with pytest.raises(ValueError, match=r"action_mask has length 5, expected 4"):
-            Experience(tokens=[1, 2, 3, 4, 5], prompt_length=1, action_mask=[1] * 5)
+        with pytest.raises(ValueError, match=r"action_mask has length 6, expected 4"):
+            Experience(tokens=[1, 2, 3, 4, 5], prompt_length=1, action_mask=[1] * 6)
+
+    def test_full_length_fields_are_trimmed_to_the_response(self):
+        # Trinity-RFT takes per-token fields over the whole sequence; we keep the response part
+        exp = Experience(
+            tokens=[1, 2, 3, 4, 5],
+            prompt_length=2,
+            action_mask=torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0]),  # float 0/1 mask
+            logprobs=[0.0, 0.0, -0.1, -0.2, -0.3],
+        )
+        assert exp.action_mask.tolist() == [True, False, True]
+        assert exp.logprobs.tolist() == pytest.approx([-0.1, -0.2, -0.3])
+        with pytest.raises(ValueError, match="only 0 and 1"):
+            Experience(tokens=[1, 2, 3], action_mask=torch.tensor([0.5, 1.0]))
 
     @pytest.mark.parametrize("prompt_length", [0, -1, 6])
     def test_prompt_length_bounds(self, prompt_length):
@@ -225,8 +239,17 @@ class TestExperienceValidation:
     def test_tokens_must_be_1d_ints(self):
         with pytest.raises(ValueError, match=r"tokens must be 1-D"):
             Experience(tokens=[[1, 2], [3, 4]], prompt_length=1)
-        with pytest.raises(ValueError, match="integer token ids"):
-            Experience(tokens=torch.tensor([1.0, 2.0]), prompt_length=1)
+        with pytest.raises(ValueError, match="non-integral value 1.5"):
+            Experience(tokens=torch.tensor([1.0, 1.5]), prompt_length=1)
+        # whole-number floats are token ids (Trinity-RFT's tests use torch.zeros(5))
+        exp = Experience(tokens=torch.zeros(5), prompt_length=2)
+        assert exp.tokens.dtype == torch.int64 and exp.tokens.tolist() == [0] * 5
+
+    def test_errors_are_assertion_errors_too(self):
+        """Trinity-RFT checks with ``assert``; code catching AssertionError keeps working."""
+        with pytest.raises(AssertionError):
+            Experience(tokens=[1, 2, 3], prompt_length=0)
+        assert issubclass(InvalidExperienceError, ValueError)
 
     def test_dpo_needs_both_halves(self):
         with pytest.raises(ValueError, match="chosen and rejected"):
@@ -574,6 +597,17 @@ class TestCollate:
     def test_empty_raises(self):
         with pytest.raises(ValueError, match="empty"):
             collate_experiences([])
+
+    def test_gather_of_nothing_is_an_empty_batch_and_custom_fields_read_as_attributes(self):
+        empty = Experiences.gather_experiences([])  # Trinity-RFT's API: no error
+        assert empty.batch_size == 0 and empty.eids == [] and empty.rewards.numel() == 0
+        exps = [_single([1], [2], info={"a": 1.0}), _single([1, 2], [3], info={"a": 2})]
+        batch = Experiences.gather_experiences(
+            exps, custom_fields=[CustomField("a", "a", torch.float32)]
+        )
+        assert batch.a.tolist() == [1.0, 2.0]
+        with pytest.raises(AttributeError, match="no attribute 'b'"):
+            _ = batch.b
 
     def test_aliases_agree(self):
         exps = _three()

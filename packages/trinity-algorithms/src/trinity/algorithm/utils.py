@@ -27,6 +27,7 @@ __all__ = [
 #: The loss aggregation modes (verl's names and semantics).
 LOSS_AGG_MODES = (
     "token-mean",
+    "token-sum",
     "seq-mean-token-sum",
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
@@ -80,6 +81,8 @@ def aggregate_loss(
         loss_mask: ``[batch, response_len]`` 1 on trained tokens.
         loss_agg_mode:
             * ``token-mean``: mean over all trained tokens of the batch;
+            * ``token-sum``: sum over all trained tokens (Trinity-RFT's mode; the loss scales
+              with the number of tokens, so learning rates tuned for means do not carry over);
             * ``seq-mean-token-sum``: per-sequence token sum, then mean over sequences;
             * ``seq-mean-token-mean``: per-sequence token mean, then mean over sequences;
             * ``seq-mean-token-sum-norm``: per-sequence token sum, mean over sequences, divided
@@ -92,6 +95,8 @@ def aggregate_loss(
     mask = loss_mask.to(loss_mat.dtype)
     if loss_agg_mode == "token-mean":
         return masked_sum(loss_mat, mask) / mask.sum().clamp_min(1e-8)
+    if loss_agg_mode == "token-sum":
+        return masked_sum(loss_mat, mask)
     if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-sum-norm"):
         seq_losses = (loss_mat * mask).sum(dim=-1)
         seq_mask = (mask.sum(dim=-1) > 0).to(loss_mat.dtype)

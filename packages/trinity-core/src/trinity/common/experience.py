@@ -44,6 +44,7 @@ from torch import Tensor
 
 __all__ = [
     "EID",
+    "InvalidExperienceError",
     "CustomField",
     "Experience",
     "Experiences",
@@ -59,6 +60,15 @@ __all__ = [
     "serialize_experiences",
     "deserialize_experiences",
 ]
+
+
+class InvalidExperienceError(ValueError, AssertionError):
+    """An :class:`Experience` built with inconsistent fields.
+
+    A ``ValueError`` (bad input) that is also an ``AssertionError``, because Trinity-RFT
+    checks these with ``assert`` and code written for it catches ``AssertionError``.
+    """
+
 
 ExperienceType = Literal["single_turn", "multi_turn", "dpo"]
 TruncateStatus = Literal["prompt_truncated", "response_truncated"]
@@ -125,9 +135,10 @@ class EID:
         return self.uid
 
     def __repr__(self) -> str:
+        # Trinity-RFT's format (values unquoted, the suffix shown as ``uuid``).
         return (
-            f"EID(batch={self.batch!r}, task={self.task!r}, run={self.run!r}, "
-            f"step={self.step!r}, suffix={self.suffix!r})"
+            f"EID(batch={self.batch}, task={self.task}, run={self.run}, "
+            f"step={self.step}, uuid={self.suffix})"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,19 +179,24 @@ class CustomField:
 
 
 def _as_int_tensor(name: str, value: Any) -> Tensor:
-    """Token ids: always a 1-D int64 tensor (verl's ``input_ids`` dtype)."""
-    if isinstance(value, Tensor):
-        t = value.detach()
-        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-            raise ValueError(f"{name} must hold integer token ids, got dtype {t.dtype}")
-        t = t.to(torch.int64)
-    else:
-        arr = np.asarray(value)
-        if arr.size and not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
-        t = torch.as_tensor(arr.astype(np.int64, copy=False))
+    """Token ids: always a 1-D int64 tensor (verl's ``input_ids`` dtype).
+
+    Floating values are accepted when every one is a whole number (``torch.zeros(5)`` is a
+    valid placeholder in Trinity-RFT's tests); a fractional or non-finite id is refused.
+    """
+    t = value.detach() if isinstance(value, Tensor) else torch.as_tensor(np.asarray(value))
+    if t.is_complex() or t.dtype == torch.bool:
+        raise InvalidExperienceError(f"{name} must hold integer token ids, got dtype {t.dtype}")
+    if t.is_floating_point():
+        bad = ~torch.isfinite(t) | (t != torch.round(t))
+        if bool(bad.any()):
+            raise InvalidExperienceError(
+                f"{name} must hold integer token ids, got the non-integral value "
+                f"{t[bad][0].item()!r} (dtype {t.dtype})"
+            )
+    t = t.to(torch.int64)
     if t.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+        raise InvalidExperienceError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
     return t
 
 
@@ -195,30 +211,38 @@ def _as_float_tensor(name: str, value: Any) -> Optional[Tensor]:
     else:
         t = torch.as_tensor(np.asarray(value, dtype=np.float32))
     if t.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+        raise InvalidExperienceError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
     return t
 
 
 def _as_mask_tensor(name: str, value: Any) -> Optional[Tensor]:
-    """Masks: bool or integer tensors are kept as given; lists become bool."""
+    """Masks: bool or integer tensors are kept as given; lists and float 0/1 tensors become
+    bool (any other float value is refused: a mask is not a weight)."""
     if value is None:
         return None
     if isinstance(value, Tensor):
         t = value.detach()
-        if t.is_floating_point() or t.is_complex():
-            raise ValueError(f"{name} must be a bool or integer tensor, got dtype {t.dtype}")
+        if t.is_complex():
+            raise InvalidExperienceError(f"{name} must be a 0/1 mask, got dtype {t.dtype}")
+        if t.is_floating_point():
+            bad = (t != 0) & (t != 1)
+            if bool(bad.any()):
+                raise InvalidExperienceError(
+                    f"{name} must hold only 0 and 1, got {t[bad][0].item()!r}"
+                )
+            t = t.to(torch.bool)
     else:
         t = torch.as_tensor(np.asarray(value, dtype=bool))
     if t.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+        raise InvalidExperienceError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
     return t
 
 
 def _check_len(name: str, t: Optional[Tensor], expected: int, what: str) -> None:
     if t is not None and t.shape[0] != expected:
-        raise ValueError(
-            f"{name} has length {t.shape[0]}, expected {expected} ({what}); "
-            f"per-token fields cover only the response tokens"
+        raise InvalidExperienceError(
+            f"{name} has length {t.shape[0]}, expected {expected} ({what}) or len(tokens) "
+            f"(then the prompt part is dropped); per-token fields cover the response tokens"
         )
 
 
@@ -391,14 +415,14 @@ class Experience:
         self.metrics = {} if self.metrics is None else self.metrics
         self.custom_fields = list(self.custom_fields or [])
         if self.truncate_status is not None and self.truncate_status not in TRUNCATE_STATUSES:
-            raise ValueError(
+            raise InvalidExperienceError(
                 f"truncate_status must be None or one of {TRUNCATE_STATUSES}, "
                 f"got {self.truncate_status!r}"
             )
 
         # kind
         if (self.chosen is None) != (self.rejected is None):
-            raise ValueError("chosen and rejected must be given together (DPO pair)")
+            raise InvalidExperienceError("chosen and rejected must be given together (DPO pair)")
         if self.experience_type is None:
             if self.action_mask is not None:
                 self.experience_type = "multi_turn"
@@ -407,22 +431,24 @@ class Experience:
             else:
                 self.experience_type = "single_turn"
         elif self.experience_type not in _EXPERIENCE_TYPES:
-            raise ValueError(
+            raise InvalidExperienceError(
                 f"experience_type must be one of {_EXPERIENCE_TYPES}, got {self.experience_type!r}"
             )
 
         n = self.tokens.shape[0]
         if self.experience_type == "dpo":
             if self.chosen is None:
-                raise ValueError("a 'dpo' experience needs chosen and rejected token ids")
+                raise InvalidExperienceError(
+                    "a 'dpo' experience needs chosen and rejected token ids"
+                )
             for name in ("chosen", "rejected"):
                 if getattr(self, name).shape[0] == 0:
-                    raise ValueError(f"{name} has length 0, expected at least 1 token")
+                    raise InvalidExperienceError(f"{name} has length 0, expected at least 1 token")
             # tokens hold only the prompt for DPO (Trinity-RFT convention)
             self.prompt_length = n
 
         if not 1 <= self.prompt_length <= n:
-            raise ValueError(
+            raise InvalidExperienceError(
                 f"prompt_length is {self.prompt_length}, expected 1 <= prompt_length <= "
                 f"len(tokens) = {n}"
             )
@@ -433,19 +459,25 @@ class Experience:
                 self.action_mask = torch.zeros(resp_len, dtype=torch.bool)
             else:
                 if resp_len < 1:
-                    raise ValueError(
+                    raise InvalidExperienceError(
                         f"tokens has length {n}, expected more than prompt_length = "
                         f"{self.prompt_length} (a single-turn experience needs a response)"
                     )
                 self.action_mask = torch.ones(resp_len, dtype=torch.bool)
         elif self.experience_type == "multi_turn" and self.action_mask is None:
-            raise ValueError("a 'multi_turn' experience needs an action_mask")
+            raise InvalidExperienceError("a 'multi_turn' experience needs an action_mask")
 
         what = f"len(tokens) {n} - prompt_length {self.prompt_length}"
         for name in _RESPONSE_FIELDS:
-            _check_len(name, getattr(self, name), resp_len, what)
+            value = getattr(self, name)
+            # Trinity-RFT also takes per-token fields over the whole sequence; keep one
+            # layout (response tokens only) so collation never misaligns them.
+            if value is not None and value.shape[0] == n and n != resp_len:
+                value = value[self.prompt_length :]
+                setattr(self, name, value)
+            _check_len(name, value, resp_len, what)
         if self.routed_experts is not None and self.routed_experts.shape[0] != n - 1:
-            raise ValueError(
+            raise InvalidExperienceError(
                 f"routed_experts has length {self.routed_experts.shape[0]}, expected "
                 f"len(tokens) - 1 = {n - 1}"
             )
@@ -811,6 +843,29 @@ class Experiences:
         """Prompt part of ``tokens``: ``[B, P]`` (verl's ``prompts``)."""
         return self.tokens[:, : self.prompt_length]
 
+    def __getattr__(self, name: str) -> Tensor:
+        # Custom fields read as attributes (``batch.a``), as in Trinity-RFT.
+        custom = self.__dict__.get("custom_fields") or {}
+        if name in custom:
+            return custom[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @classmethod
+    def empty(cls) -> Experiences:
+        """A batch of 0 rows (what gathering an empty list gives in Trinity-RFT)."""
+        none = torch.zeros((0, 0), dtype=torch.int64)
+        return cls(
+            eids=[],
+            tokens=none,
+            attention_mask=none.bool(),
+            position_ids=none.clone(),
+            action_mask=none.bool(),
+            prompt_length=0,
+            response_length=0,
+            model_versions=torch.zeros(0, dtype=torch.int64),
+            rewards=torch.zeros(0, dtype=torch.float32),
+        )
+
     @classmethod
     def gather_experiences(
         cls,
@@ -818,7 +873,14 @@ class Experiences:
         pad_token_id: int = 0,
         custom_fields: Optional[Sequence[CustomField]] = None,
     ) -> Experiences:
-        """Collate experiences into one padded batch; see :func:`collate_experiences`."""
+        """Collate experiences into one padded batch; see :func:`collate_experiences`.
+
+        An empty list gives :meth:`empty` (Trinity-RFT's behaviour);
+        :func:`collate_experiences` itself refuses one, so the trainer never trains on an
+        empty batch by accident.
+        """
+        if len(experiences) == 0:
+            return cls.empty()
         return collate_experiences(experiences, pad_token_id, custom_fields)
 
 
@@ -968,3 +1030,12 @@ def collate_experiences(
 
 #: Trinity-RFT style module-level name for :func:`collate_experiences`.
 gather_experiences = collate_experiences
+
+
+def __getattr__(name: str) -> Any:
+    # Resolved on demand: the helpers import ``datasets`` (not a core dependency) when run.
+    if name in ("to_hf_datasets", "from_hf_datasets"):
+        from trinity.common import experience_hf
+
+        return getattr(experience_hf, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

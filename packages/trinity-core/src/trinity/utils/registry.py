@@ -457,6 +457,16 @@ class Registry(Generic[T]):
         self._register(name, obj, force=False, tier="builtin")
         return obj
 
+    @property
+    def _default_mapping(self) -> dict[str, str]:
+        """Trinity-RFT's ``{name: "module.Class"}`` of the known modules (its tests list the
+        built-ins through it): registered ones and those installed packages advertise."""
+        with self._lock:
+            found = {name: _qualname(module) for name, module in self._modules.items()}
+        for name, eps in self._get_entry_points().items():
+            found.setdefault(name, eps[0].value.replace(":", "."))
+        return found
+
     def __repr__(self) -> str:
         return f"Registry(name={self.name!r}, entry_point_group={self.entry_point_group!r})"
 

@@ -24,9 +24,7 @@ from typing import Any, Optional
 
 from trinity.common.config import Config
 from trinity.launcher.progress import JsonlMonitor, Monitor
-from trinity.utils.registry import Registry
-
-MONITOR: Registry[type] = Registry("monitor")
+from trinity.utils.monitor import MONITOR  # the registry lives in core (trinity.utils.monitor)
 
 METRICS_FILE = "metrics.jsonl"
 

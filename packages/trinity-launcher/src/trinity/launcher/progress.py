@@ -15,18 +15,11 @@ import math
 import numbers
 import os
 import sys
-from typing import IO, Any, Optional, Protocol, runtime_checkable
+from typing import IO, Any, Optional
+
+from trinity.utils.monitor import Monitor  # the contract lives in core
 
 __all__ = ["JsonlMonitor", "Monitor", "ProgressReporter", "format_step_line"]
-
-
-@runtime_checkable
-class Monitor(Protocol):
-    """A metrics sink."""
-
-    def log(self, metrics: dict[str, Any], step: int) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def _json_value(value: Any) -> Any:

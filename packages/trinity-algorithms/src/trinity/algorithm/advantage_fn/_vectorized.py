@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from trinity.algorithm.advantage_fn.advantage_fn import GroupAdvantage
+from trinity.algorithm.advantage_fn.advantage_fn import GROUP_METRICS_PREFIX, GroupAdvantage
 from trinity.algorithm.advantage_fn.functional import (
     GroupStats,
     as_group_index,
@@ -179,7 +179,9 @@ class VectorizedGroupAdvantage(GroupAdvantage):
                 the batch path.
 
         Returns:
-            ``(advantages [B], keep [B] bool or None, metrics)``.
+            ``(advantages [B], keep [B] bool or None, metrics)``; a metric given as a ``[G]``
+            tensor is per group and reported as ``group_advantages/<key>/mean|max|min``
+            (see :meth:`report_metrics`), a float as it is.
         """
 
     def __call__(  # type: ignore[override]
@@ -200,7 +202,10 @@ class VectorizedGroupAdvantage(GroupAdvantage):
             order = order[keep[order]]
         out = [exps[i] for i in order.tolist()]
         out = self._post_filter(out, group_index, keep, exps)
-        return out, {k: float(v) for k, v in metrics.items()}
+        reported = self.report_metrics(metrics)
+        if keep is not None:  # the total the experience pipeline adds up over its stages
+            reported["filtered_count"] = float((~keep).sum())
+        return out, reported
 
     def _post_filter(
         self,
@@ -223,15 +228,36 @@ class VectorizedGroupAdvantage(GroupAdvantage):
             tokens = broadcast_to_tokens(adv.to(ADV_DTYPE), batch.action_mask)
         batch.advantages = tokens
         batch.returns = tokens.clone()
-        return batch, {k: float(v) for k, v in metrics.items()}
+        return batch, self.report_metrics(metrics)
 
     @staticmethod
-    def group_metric_means(stats: GroupStats) -> dict[str, float]:
-        """Mean over groups of each group's reward mean and std (what averaging the
-        per-group path's metrics gives)."""
-        if stats.count.numel() == 0:
-            return {}
+    def report_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+        """Floats as they are; ``[G]`` tensors as ``group_advantages/<key>/mean|max|min``
+        over the groups, from float32 values (what :func:`gather_group_metrics` gives for the
+        per-group path)."""
+        out: dict[str, float] = {}
+        for key, value in metrics.items():
+            if not isinstance(value, Tensor):
+                out[key] = float(value)
+                continue
+            if value.numel() == 0:
+                continue
+            v = value.detach().to(torch.float32).to(torch.float64)
+            out[f"{GROUP_METRICS_PREFIX}/{key}/mean"] = float(v.mean())
+            out[f"{GROUP_METRICS_PREFIX}/{key}/max"] = float(v.max())
+            out[f"{GROUP_METRICS_PREFIX}/{key}/min"] = float(v.min())
+        return out
+
+    @staticmethod
+    def group_metric_means(stats: GroupStats, singleton_unit: bool = False) -> dict[str, Tensor]:
+        """Each group's reward mean and std as ``[G]`` tensors (reported as
+        ``group_advantages/reward_mean/mean`` ...). With ``singleton_unit`` a one-member
+        group reports mean 0 and std 1: the baseline and scale GRPO uses for it
+        (Trinity-RFT's metric)."""
+        if not singleton_unit:
+            return {"reward_mean": stats.mean, "reward_std": stats.std}
+        single = stats.count == 1
         return {
-            "reward_mean": float(stats.mean.mean()),
-            "reward_std": float(stats.std.mean()),
+            "reward_mean": torch.where(single, torch.zeros_like(stats.mean), stats.mean),
+            "reward_std": torch.where(single, torch.ones_like(stats.std), stats.std),
         }

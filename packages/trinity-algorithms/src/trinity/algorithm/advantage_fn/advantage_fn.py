@@ -16,12 +16,36 @@ classes only group, call them, and write results back.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from trinity.common.experience import Experience
+from trinity.utils.monitor import gather_metrics
 from trinity.utils.registry import Registry
 
-__all__ = ["ADVANTAGE_FN", "AdvantageFn", "GroupAdvantage"]
+__all__ = [
+    "ADVANTAGE_FN",
+    "GROUP_METRICS_PREFIX",
+    "AdvantageFn",
+    "GroupAdvantage",
+    "gather_group_metrics",
+]
+
+#: Per-group metrics are reported as ``group_advantages/<key>/mean|max|min`` (Trinity-RFT).
+GROUP_METRICS_PREFIX = "group_advantages"
+
+
+def gather_group_metrics(per_group: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """``group_advantages/<key>/mean|max|min`` over the groups' metric dicts.
+
+    Values are rounded to float32 first, as Trinity-RFT computes them, so a metric reads the
+    same there and here (``reward_std/mean == torch.std(rewards_float32).item()``).
+    """
+    rounded = [{k: float(np.float32(v)) for k, v in m.items()} for m in per_group]
+    return gather_metrics(rounded, GROUP_METRICS_PREFIX)
+
 
 ADVANTAGE_FN: Registry[type[AdvantageFn]] = Registry("advantage_fn")
 
@@ -53,7 +77,8 @@ class GroupAdvantage(AdvantageFn):
 
     Subclasses say how to group (:meth:`group_experiences`) and how to score one group
     (:meth:`calculate_group_advantage`); ``__call__`` does the rest and averages the groups'
-    metrics. Built-ins override ``__call__`` with a vectorized path over all groups at once.
+    metrics (:func:`gather_group_metrics`: ``group_advantages/<key>/mean|max|min``). Built-ins
+    override ``__call__`` with a vectorized path over all groups at once.
     """
 
     @abstractmethod
@@ -68,15 +93,12 @@ class GroupAdvantage(AdvantageFn):
 
     def __call__(self, exps: list[Experience], **kwargs: Any) -> tuple[list[Experience], dict]:
         out: list[Experience] = []
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
+        per_group: list[Mapping[str, float]] = []
         for group_id, group in self.group_experiences(exps).items():
             done, metrics = self.calculate_group_advantage(group_id, group)
             out.extend(done)
-            for key, value in (metrics or {}).items():
-                sums[key] = sums.get(key, 0.0) + float(value)
-                counts[key] = counts.get(key, 0) + 1
-        return out, {key: sums[key] / counts[key] for key in sums}
+            per_group.append(metrics or {})
+        return out, gather_group_metrics(per_group)
 
     @classmethod
     def compute_in_trainer(cls) -> bool:

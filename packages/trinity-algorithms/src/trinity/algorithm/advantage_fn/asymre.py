@@ -80,10 +80,7 @@ class ASYMREGroupAdvantage(VectorizedGroupAdvantage):
         return (
             adv,
             None,
-            {
-                "group_baseline": float(baseline.mean()),
-                "reward_mean": float(stats.mean.mean()),
-            },
+            {"group_baseline": baseline, "reward_mean": stats.mean},
         )
 
     @classmethod

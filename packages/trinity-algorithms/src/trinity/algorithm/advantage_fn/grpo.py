@@ -80,7 +80,8 @@ class GRPOGroupedAdvantage(VectorizedGroupAdvantage):
         """One group, written plainly (Trinity-RFT's algorithm); same numbers as ``__call__``.
 
         Returns the group's experiences (empty if skipped) and its ``reward_mean`` /
-        ``reward_std`` (plus ``skipped_count`` when skipped).
+        ``reward_std`` (0 / 1 for a one-member group, as Trinity-RFT reports them) and
+        ``filtered_count`` (the group's size when skipped, else 0).
         """
         metrics: dict[str, float] = {}
         with torch.no_grad():
@@ -95,10 +96,10 @@ class GRPOGroupedAdvantage(VectorizedGroupAdvantage):
             mean = rewards.mean()
             std = rewards.std() if n > 1 else torch.tensor(0.0, dtype=REWARD_DTYPE)
             skip = self.std_threshold is not None and (n == 1 or bool(std <= self.std_threshold))
-            metrics["reward_mean"] = float(mean)
-            metrics["reward_std"] = float(std)
+            metrics["reward_mean"] = 0.0 if n == 1 else float(mean)
+            metrics["reward_std"] = 1.0 if n == 1 else float(std)
+            metrics["filtered_count"] = float(n) if skip else 0.0
             if skip:
-                metrics["skipped_count"] = float(n)
                 return [], metrics
             if n == 1 and self.zero_singletons:
                 scores = torch.zeros(1, dtype=REWARD_DTYPE)
@@ -122,7 +123,7 @@ class GRPOGroupedAdvantage(VectorizedGroupAdvantage):
     # ---------------------------------------------------------------- vectorized path
     def vector_advantages(
         self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]
-    ) -> tuple[Tensor, Optional[Tensor], dict[str, float]]:
+    ) -> tuple[Tensor, Optional[Tensor], dict[str, Any]]:
         batch_std = None
         if self.std_cal_level == "batch":
             batch_std = rewards.std() if rewards.numel() > 1 else torch.tensor(1.0)
@@ -138,13 +139,18 @@ class GRPOGroupedAdvantage(VectorizedGroupAdvantage):
             zero_singletons=self.zero_singletons,
             stats=stats,
         )
-        metrics = self.group_metric_means(stats)
+        metrics: dict[str, Any] = dict(self.group_metric_means(stats, singleton_unit=True))
         keep = None
         skipped_groups = torch.zeros(num_groups, dtype=torch.bool)
         if self.std_threshold is not None:
             skipped_groups = (stats.count == 1) | (stats.std <= self.std_threshold)
             keep = ~skipped_groups[group_index]
-        metrics["filtered_count"] = float((~keep).sum()) if keep is not None else 0.0
+        # per group (group_advantages/filtered_count/mean, Trinity-RFT's) and in total
+        metrics["filtered_count"] = torch.where(
+            skipped_groups,
+            stats.count.to(REWARD_DTYPE),
+            torch.zeros(num_groups, dtype=REWARD_DTYPE),
+        )
         metrics["skipped_group_ratio"] = float(skipped_groups.float().mean()) if num_groups else 0.0
         return adv, keep, metrics
 

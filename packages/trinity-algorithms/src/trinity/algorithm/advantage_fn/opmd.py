@@ -86,7 +86,7 @@ class OPMDGroupAdvantage(VectorizedGroupAdvantage):
         baseline = torch.zeros(num_groups, dtype=REWARD_DTYPE).index_add_(
             0, group_index, rewards - adv
         ) / stats.count.clamp_min(1)
-        return adv, None, {"group_baseline": float(baseline.mean())} if num_groups else {}
+        return adv, None, {"group_baseline": baseline} if num_groups else {}
 
     @classmethod
     def default_args(cls) -> dict:

@@ -43,7 +43,7 @@ class REINFORCEGroupAdvantage(VectorizedGroupAdvantage):
         self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]
     ) -> tuple[Tensor, Optional[Tensor], dict[str, float]]:
         stats = group_stats(rewards, group_index, num_groups)
-        metrics = {"reward_mean": float(stats.mean.mean())} if num_groups else {}
+        metrics = {"reward_mean": stats.mean} if num_groups else {}
         return rewards.clone(), None, metrics
 
     @classmethod

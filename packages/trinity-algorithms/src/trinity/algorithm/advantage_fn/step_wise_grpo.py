@@ -20,6 +20,7 @@ from torch import Tensor
 
 from trinity.algorithm.advantage_fn._vectorized import (
     REWARD_DTYPE,
+    VectorizedGroupAdvantage,
     experience_rewards,
     group_keys,
     write_outcome_advantages,
@@ -93,8 +94,9 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
             mean = rewards.mean()
             std = rewards.std() if n > 1 else torch.tensor(0.0, dtype=REWARD_DTYPE)
             metrics = {"reward_mean": float(mean), "reward_std": float(std)}
-            if self.std_threshold is not None and (n == 1 or bool(std <= self.std_threshold)):
-                metrics["skipped_count"] = float(len(exps))
+            skip = self.std_threshold is not None and (n == 1 or bool(std <= self.std_threshold))
+            metrics["skipped_count_per_group"] = float(len(exps)) if skip else 0.0
+            if skip:
                 return [], metrics
             if n == 1 and self.zero_singletons:
                 scores = torch.zeros(1, dtype=REWARD_DTYPE)
@@ -165,13 +167,21 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
         order = by_run[torch.argsort(task_idx[by_run], stable=True)]
         order = order[keep[order]]
         out = [exps[i] for i in order.tolist()]
-        metrics = {
-            "reward_mean": float(stats.mean.mean()),
-            "reward_std": float(stats.std.mean()),
-            "experience_count": float(len(out)),
-            "filtered_count": float(len(exps) - len(out)),
-            "skipped_group_ratio": float(skipped.float().mean()),
-        }
+        exps_per_task = torch.bincount(task_idx, minlength=n_tasks).to(REWARD_DTYPE)
+        metrics = VectorizedGroupAdvantage.report_metrics(
+            {
+                "reward_mean": stats.mean,
+                "reward_std": stats.std,
+                "skipped_count_per_group": torch.where(
+                    skipped, exps_per_task, torch.zeros_like(exps_per_task)
+                ),
+            }
+        )
+        metrics.update(
+            experience_count=float(len(out)),
+            filtered_count=float(len(exps) - len(out)),
+            skipped_group_ratio=float(skipped.float().mean()),
+        )
         return out, metrics
 
     @classmethod

@@ -23,14 +23,23 @@ class DPOLossFn(PolicyLossFn):
     Args:
         beta: inverse temperature of the implicit reward.
         label_smoothing: assumed label-noise rate (conservative DPO); 0 is plain DPO.
+        sum_pairs_over_batch: reproduce Trinity-RFT's DPO, which sums log-ratios over all
+            chosen and all rejected rows of the batch (the batch counts as one pair; an odd
+            batch is accepted). Off by default: per-pair DPO is the paper's loss. See
+            docs/compat.md.
     """
 
     def __init__(
-        self, backend: str = "verl", beta: float = 0.1, label_smoothing: float = 0.0
+        self,
+        backend: str = "verl",
+        beta: float = 0.1,
+        label_smoothing: float = 0.0,
+        sum_pairs_over_batch: bool = False,
     ) -> None:
         super().__init__(backend=backend)
         self.beta = beta
         self.label_smoothing = label_smoothing
+        self.sum_pairs_over_batch = sum_pairs_over_batch
 
     def __call__(  # type: ignore[override]
         self,
@@ -46,6 +55,7 @@ class DPOLossFn(PolicyLossFn):
             action_mask,
             beta=self.beta,
             label_smoothing=self.label_smoothing,
+            sum_pairs_over_batch=self.sum_pairs_over_batch,
         )
         return loss, metrics_to_floats(metrics)
 

@@ -66,6 +66,8 @@ def ppo_clip_loss(
     clip_ratio_c: Optional[float] = 3.0,
     loss_agg_mode: str = "token-mean",
     sequence_mask_delta: Optional[float] = None,
+    truncate_pos_low: Optional[float] = None,
+    truncate_neg_high: Optional[float] = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate with separate low/high ranges (DAPO clip-higher) and dual-clip.
 
@@ -77,6 +79,13 @@ def ppo_clip_loss(
 
     ``sequence_mask_delta`` (Trinity-RFT's ``enable_sequence_masking``/``delta``): drop the
     negative-advantage tokens of sequences whose mean token KL to the old policy exceeds it.
+
+    ``truncate_pos_low`` / ``truncate_neg_high`` (Trinity-RFT's ``truncate_adv_pos_is`` /
+    ``truncate_adv_neg_is`` with ``truncate_is_range_low`` / ``_high``): after clipping, cap
+    the per-token loss at ``-A * truncate_pos_low`` where ``A > 0`` and at
+    ``-A * truncate_neg_high`` where ``A < 0``, i.e. bound the importance ratio's effect when
+    rollout and training engines disagree on a token's probability. Metrics
+    ``is_truncate_frac_pos`` / ``is_truncate_frac_neg``: the share of trained tokens capped.
 
     Metrics: ``pg_clipfrac``, ``pg_clipfrac_lower`` (dual-clip active), ``ppo_kl``, ``pg_loss``
     (and ``seq_mask/*`` with sequence masking).
@@ -105,6 +114,16 @@ def ppo_clip_loss(
         pg_losses = clip_pg_losses1
 
     metrics: dict[str, Tensor] = {}
+    if truncate_pos_low is not None:
+        capped = -advantages * truncate_pos_low
+        hit = torch.lt(capped, pg_losses) & (advantages > 0)
+        metrics["is_truncate_frac_pos"] = masked_mean(hit.to(logprob.dtype), mask).detach()
+        pg_losses = torch.where(advantages > 0, torch.minimum(pg_losses, capped), pg_losses)
+    if truncate_neg_high is not None:
+        capped = -advantages * truncate_neg_high
+        hit = torch.lt(capped, pg_losses) & negative
+        metrics["is_truncate_frac_neg"] = masked_mean(hit.to(logprob.dtype), mask).detach()
+        pg_losses = torch.where(negative, torch.minimum(pg_losses, capped), pg_losses)
     if sequence_mask_delta is not None:
         seq_kl = masked_mean(-log_ratio, mask, axis=-1)  # [batch]
         drop = negative & (seq_kl > sequence_mask_delta).unsqueeze(-1)  # [batch, len]
@@ -220,6 +239,7 @@ def sapo_loss(
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
     loss_agg_mode: str = "token-mean",
+    trinity_rft_surrogate: bool = False,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """SAPO (arXiv:2511.20347): a smooth sigmoid gate on the ratio instead of a hard clip.
 
@@ -232,7 +252,8 @@ def sapo_loss(
     (``compute_policy_loss_sapo``, tested equal for ``seq-mean-token-mean``; verl always uses
     that mode, we honour ``loss_agg_mode``). Trinity-RFT's code instead uses the surrogate
     ``-A * sg(f(ratio)) * logprob``, whose gradient is weighted by ``f`` rather than ``f' * ratio``;
-    we follow the formula.
+    we follow the formula. ``trinity_rft_surrogate=True`` computes Trinity-RFT's surrogate
+    instead (its loss value and gradient), for reproducing its runs.
 
     Metrics: ``ppo_kl``, ``avg_soft_gate``, ``avg_ratio``, ``pos_adv_frac``, ``pg_loss``.
     """
@@ -242,7 +263,10 @@ def sapo_loss(
     neg = torch.as_tensor(tau_neg, dtype=ratio.dtype, device=ratio.device)
     taus = torch.where(advantages > 0, pos, neg)
     gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
-    pg_losses = -gates * advantages
+    if trinity_rft_surrogate:
+        pg_losses = -advantages * gates.detach() * logprob
+    else:
+        pg_losses = -gates * advantages
     pg_loss = aggregate_loss(pg_losses, mask, loss_agg_mode=loss_agg_mode)
     return pg_loss, {
         "ppo_kl": masked_mean(-log_ratio, mask).detach(),
@@ -336,6 +360,7 @@ def dpo_loss(
     mask: Tensor,
     beta: float = 0.1,
     label_smoothing: float = 0.0,
+    sum_pairs_over_batch: bool = False,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """DPO (arXiv:2305.18290) on rows interleaved ``[chosen_0, rejected_0, chosen_1, ...]``.
 
@@ -348,9 +373,29 @@ def dpo_loss(
     Metrics: ``chosen_reward``, ``rejected_reward`` (``beta`` times the mean log-ratio),
     ``accuracy_mean`` (chosen log-ratio > rejected), ``dpo_loss``.
 
+    ``sum_pairs_over_batch=True`` reproduces Trinity-RFT's ``DPOLossFn``, which sums the
+    log-ratios of *all* chosen rows and of *all* rejected rows of the batch before the
+    sigmoid, i.e. treats the whole micro-batch as one pair (identical to per-pair DPO only for
+    a batch of one pair). It accepts an odd batch (the extra chosen row joins the sum).
+
     Raises:
-        ValueError: an odd number of rows (a pair was split).
+        ValueError: an odd number of rows (a pair was split), unless ``sum_pairs_over_batch``.
     """
+    if sum_pairs_over_batch:
+        fmask = mask.to(logprob.dtype)
+        chosen_sum = masked_sum(logprob[0::2] - ref_logprob[0::2], fmask[0::2])
+        rejected_sum = masked_sum(logprob[1::2] - ref_logprob[1::2], fmask[1::2])
+        z = chosen_sum - rejected_sum
+        loss = (
+            -F.logsigmoid(beta * z) * (1.0 - label_smoothing)
+            - F.logsigmoid(-beta * z) * label_smoothing
+        )
+        return loss, {
+            "chosen_reward": beta * chosen_sum.detach(),
+            "rejected_reward": beta * rejected_sum.detach(),
+            "accuracy_mean": (chosen_sum.detach() > rejected_sum.detach()).to(logprob.dtype),
+            "dpo_loss": loss.detach(),
+        }
     if logprob.shape[0] % 2:
         raise ValueError(
             f"DPO needs rows [chosen, rejected] * n_pairs, got an odd batch of {logprob.shape[0]}"

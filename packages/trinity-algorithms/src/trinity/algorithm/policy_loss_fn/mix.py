@@ -35,16 +35,20 @@ class MIXPolicyLossFn(PolicyLossFn):
     * otherwise: ``weight = (ppo_mini_batch_size // ppo_micro_batch_size_per_gpu)
       / (train_batch_size_part // ngpus_trainer)``
 
-    Leaving ``train_batch_size_usual``/``train_batch_size_expert`` unset (our default;
-    Trinity-RFT fills them from the config) means "this batch is the whole mini-batch": each
-    part is just its own mean. Metrics are scaled the same way and prefixed ``usual/`` and
-    ``expert/``; ``loss`` is the total.
+    Leaving ``train_batch_size_usual``/``train_batch_size_expert`` unset (``None``, our
+    default) means "this batch is the whole mini-batch": each part is just its own mean.
+    Trinity-RFT defaults them to 1 (its ``mix`` algorithm always fills them from the config),
+    so its loss called bare multiplies each part's mean by the part's row count; pass 1 for
+    both to get its numbers (docs/compat.md). Metrics are scaled the same way and prefixed
+    ``usual/`` and ``expert/``; ``loss`` is the total.
 
     Args:
         mu: weight of the SFT part.
         clip_range / clip_range_low / clip_range_high / clip_ratio_c: the PPO part's.
         loss_agg_mode: both parts' aggregation unless ``sft_loss_agg_mode`` /
             ``grpo_loss_agg_mode`` override it.
+        use_token_level_loss_in_sft: Trinity-RFT's older switch of the SFT part's aggregation
+            (see :class:`~trinity.algorithm.policy_loss_fn.sft.SFTLossFn`).
     """
 
     def __init__(
@@ -54,13 +58,14 @@ class MIXPolicyLossFn(PolicyLossFn):
         clip_range: Optional[float] = None,
         clip_range_low: Optional[float] = None,
         clip_range_high: Optional[float] = None,
-        clip_ratio_c: float = 3.0,
+        clip_ratio_c: Optional[float] = 3.0,
         use_dynamic_bsz: Optional[bool] = None,
         ppo_mini_batch_size: int = 1,
         ppo_micro_batch_size_per_gpu: int = 1,
         ngpus_trainer: int = 1,
         train_batch_size_usual: Optional[int] = None,
         train_batch_size_expert: Optional[int] = None,
+        use_token_level_loss_in_sft: Optional[bool] = None,
         loss_agg_mode: str = "token-mean",
         sft_loss_agg_mode: Optional[str] = None,
         grpo_loss_agg_mode: Optional[str] = None,
@@ -88,7 +93,9 @@ class MIXPolicyLossFn(PolicyLossFn):
             loss_agg_mode=grpo_loss_agg_mode or loss_agg_mode,
         )
         self.sft_loss_fn = SFTLossFn(
-            backend=backend, loss_agg_mode=sft_loss_agg_mode or loss_agg_mode
+            backend=backend,
+            loss_agg_mode=sft_loss_agg_mode or loss_agg_mode,
+            use_token_level_loss=use_token_level_loss_in_sft,
         )
 
     def _part_weight(self, n_rows: int, batch_rows: int, part_batch_size: Optional[int]) -> float:
@@ -107,13 +114,18 @@ class MIXPolicyLossFn(PolicyLossFn):
         old_logprob: Tensor,
         action_mask: Tensor,
         advantages: Tensor,
-        expert_mask: Tensor,
+        expert_mask: Optional[Tensor] = None,
         **kwargs: Any,
     ) -> tuple[Tensor, dict[str, float]]:
-        """``[batch, response_len]`` inputs and ``expert_mask`` bool ``[batch]``.
+        """``[batch, response_len]`` inputs and ``expert_mask`` bool ``[batch]``
+        (``is_expert_mask``, Trinity-RFT's older name, is accepted too).
 
         Returns the scalar loss and float metrics.
         """
+        if expert_mask is None:
+            expert_mask = kwargs.get("is_expert_mask")
+        if expert_mask is None:
+            raise ValueError("The mix policy loss needs expert_mask (bool [batch]); none given")
         expert = expert_mask.to(device=logprob.device, dtype=torch.bool).reshape(-1)
         if expert.shape[0] != logprob.shape[0]:
             raise ValueError(

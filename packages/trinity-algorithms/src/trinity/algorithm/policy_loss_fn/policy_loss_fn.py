@@ -4,10 +4,18 @@ A policy loss declares the batch tensors it needs by naming them in ``__call__``
 list (``logprob, old_logprob, action_mask, advantages, ...``); the trainer reads that signature
 (:attr:`PolicyLossFn.select_keys`) and passes exactly those fields, so a new loss never has to
 fish its inputs out of ``**kwargs``.
+
+Calls with the training backend's batch keys work as in Trinity-RFT: ``loss(log_prob=lp,
+**verl_batch)`` renames ``log_prob``/``old_log_probs``/``ref_log_prob``/``response_mask`` to
+``logprob``/``old_logprob``/``ref_logprob``/``action_mask`` (see
+:mod:`trinity.algorithm.key_mapper`) before the subclass's ``__call__`` runs; a ``__call__``
+without ``**kwargs`` gets only the fields it names. ``select_keys`` stays in Trinity's names
+(our trainer builds the batch in those names).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -15,6 +23,7 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
+from trinity.algorithm.key_mapper import ALL_MAPPERS
 from trinity.algorithm.policy_loss_fn.functional import metrics_to_floats
 from trinity.utils.registry import Registry
 
@@ -24,6 +33,33 @@ POLICY_LOSS_FN: Registry[type[PolicyLossFn]] = Registry("policy_loss_fn")
 
 # Names in ``__call__`` that are not batch fields.
 _NOT_BATCH_FIELDS = {"self", "kwargs", "logprob"}
+
+
+def _with_backend_keys(call: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a loss's ``__call__`` so keyword arguments in the backend's names are renamed."""
+    params = inspect.signature(call).parameters
+    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    named = set(params) - {"self"}
+
+    @functools.wraps(call)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            mapper = ALL_MAPPERS.get(getattr(self, "backend", "verl"))
+            if mapper is not None:
+                renamed: dict[str, Any] = {}
+                for key, value in kwargs.items():
+                    new_key = mapper.to_trinity(key)
+                    # An explicit Trinity name wins over the backend's alias of it.
+                    if new_key != key and new_key in kwargs:
+                        continue
+                    renamed[new_key] = value
+                kwargs = renamed
+            if not takes_kwargs:
+                kwargs = {k: v for k, v in kwargs.items() if k in named}
+        return call(self, *args, **kwargs)
+
+    wrapper.__trinity_key_mapped__ = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 class PolicyLossFn(ABC):
@@ -43,6 +79,9 @@ class PolicyLossFn(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        own_call = cls.__dict__.get("__call__")
+        if callable(own_call) and not getattr(own_call, "__trinity_key_mapped__", False):
+            cls.__call__ = _with_backend_keys(own_call)  # type: ignore[method-assign]
         params = inspect.signature(cls.__call__).parameters
         cls._select_keys = tuple(
             name

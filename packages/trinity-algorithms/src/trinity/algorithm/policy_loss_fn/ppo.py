@@ -39,10 +39,18 @@ class PPOPolicyLossFn(RatioPolicyLossFn):
         clip_range: symmetric clip epsilon, used for a side not given explicitly.
         clip_range_low / clip_range_high: asymmetric ranges ``[1 - low, 1 + high]``
             (DAPO's clip-higher sets ``high > low`` to keep exploration alive).
-        clip_ratio_c: dual-clip bound (> 1) on the loss of negative-advantage tokens.
+        clip_ratio_c: dual-clip bound (> 1) on the loss of negative-advantage tokens (verl's
+            and Trinity-RFT's later default 3.0); ``None`` turns dual-clip off, which is what
+            Trinity-RFT's own ``policy_loss_test.py`` numbers assume (see docs/compat.md).
         loss_agg_mode: see :func:`trinity.algorithm.utils.aggregate_loss`.
-        enable_sequence_masking / delta: drop negative-advantage tokens of sequences whose
-            mean KL to the old policy exceeds ``delta``.
+        enable_sequence_masking / delta_sequence_masking: drop negative-advantage tokens of
+            sequences whose mean KL to the old policy exceeds ``delta_sequence_masking``
+            (``delta`` is Trinity-RFT's older name of the same setting, still accepted).
+        truncate_adv_pos_is / truncate_is_range_low: where the advantage is positive, cap the
+            per-token loss at ``-A * truncate_is_range_low`` (must be in
+            ``[0, 1 - clip_range_low)``).
+        truncate_adv_neg_is / truncate_is_range_high: where the advantage is negative, cap it
+            at ``-A * truncate_is_range_high`` (must exceed ``1 + clip_range_high``).
     """
 
     loss_fn = staticmethod(ppo_clip_loss)
@@ -53,21 +61,66 @@ class PPOPolicyLossFn(RatioPolicyLossFn):
         clip_range: Optional[float] = None,
         clip_range_low: Optional[float] = None,
         clip_range_high: Optional[float] = None,
-        clip_ratio_c: float = 3.0,
+        clip_ratio_c: Optional[float] = 3.0,
         loss_agg_mode: str = "token-mean",
         enable_sequence_masking: bool = False,
-        delta: float = 0.1,
+        delta_sequence_masking: Optional[float] = None,
+        delta: Optional[float] = None,
+        truncate_adv_pos_is: bool = False,
+        truncate_adv_neg_is: bool = False,
+        truncate_is_range_low: Optional[float] = 0.0,
+        truncate_is_range_high: Optional[float] = 2.0,
     ) -> None:
         super().__init__(backend=backend)
         self.clip_range_low, self.clip_range_high = resolve_clip_range(
             clip_range, clip_range_low, clip_range_high
         )
-        if clip_ratio_c <= 1.0:
-            raise ValueError(f"clip_ratio_c must be > 1.0, got {clip_ratio_c}")
+        if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+            raise ValueError(
+                f"clip_ratio_c must be > 1.0 (or None: no dual-clip), got {clip_ratio_c}"
+            )
         self.clip_ratio_c = clip_ratio_c
         self.loss_agg_mode = loss_agg_mode
         self.enable_sequence_masking = enable_sequence_masking
-        self.delta = delta
+        if (
+            delta is not None
+            and delta_sequence_masking is not None
+            and delta != delta_sequence_masking
+        ):
+            raise ValueError(
+                f"delta ({delta}) and delta_sequence_masking ({delta_sequence_masking}) name the "
+                "same setting; set only delta_sequence_masking"
+            )
+        self.delta_sequence_masking = (
+            delta_sequence_masking if delta_sequence_masking is not None else delta
+        )
+        if self.delta_sequence_masking is None:
+            self.delta_sequence_masking = 0.1
+        self.truncate_adv_pos_is = truncate_adv_pos_is
+        self.truncate_adv_neg_is = truncate_adv_neg_is
+        self.truncate_is_range_low = truncate_is_range_low
+        self.truncate_is_range_high = truncate_is_range_high
+        if truncate_adv_pos_is and not (
+            truncate_is_range_low is not None
+            and 0.0 <= truncate_is_range_low < 1.0 - self.clip_range_low
+        ):
+            raise ValueError(
+                f"truncate_is_range_low must be in [0, 1 - clip_range_low = "
+                f"{1.0 - self.clip_range_low}) with truncate_adv_pos_is, got {truncate_is_range_low}"
+            )
+        if truncate_adv_neg_is and not (
+            truncate_is_range_high is not None
+            and truncate_is_range_high > 1.0 + self.clip_range_high
+        ):
+            raise ValueError(
+                f"truncate_is_range_high must be > 1 + clip_range_high = "
+                f"{1.0 + self.clip_range_high} with truncate_adv_neg_is, got {truncate_is_range_high}"
+            )
+
+    @property
+    def delta(self) -> float:
+        """Trinity-RFT's older name of :attr:`delta_sequence_masking`."""
+        return float(self.delta_sequence_masking)  # type: ignore[arg-type]
 
     def loss_settings(self) -> dict[str, Any]:
         return {
@@ -75,6 +128,8 @@ class PPOPolicyLossFn(RatioPolicyLossFn):
             "clip_high": self.clip_range_high,
             "clip_ratio_c": self.clip_ratio_c,
             "sequence_mask_delta": self.delta if self.enable_sequence_masking else None,
+            "truncate_pos_low": self.truncate_is_range_low if self.truncate_adv_pos_is else None,
+            "truncate_neg_high": self.truncate_is_range_high if self.truncate_adv_neg_is else None,
         }
 
     @classmethod
@@ -84,5 +139,8 @@ class PPOPolicyLossFn(RatioPolicyLossFn):
             "clip_ratio_c": 3.0,
             "loss_agg_mode": "token-mean",
             "enable_sequence_masking": False,
-            "delta": 0.1,
+            "truncate_adv_pos_is": False,
+            "truncate_adv_neg_is": False,
+            "truncate_is_range_low": 0.0,
+            "truncate_is_range_high": 2.0,
         }

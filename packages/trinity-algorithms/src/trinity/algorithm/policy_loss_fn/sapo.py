@@ -22,6 +22,9 @@ class SAPOPolicyLossFn(RatioPolicyLossFn):
             ``tau_neg >= tau_pos`` (damp negative updates faster) is required.
         loss_agg_mode: see :func:`trinity.algorithm.utils.aggregate_loss` (the paper uses
             ``seq-mean-token-mean``; Trinity-RFT's default is ``token-mean``).
+        trinity_rft_surrogate: use Trinity-RFT's surrogate ``-A * sg(gate) * logprob``
+            instead of the paper's ``-gate * A`` (different loss value and gradient weight;
+            see docs/compat.md).
     """
 
     loss_fn = staticmethod(sapo_loss)
@@ -32,8 +35,10 @@ class SAPOPolicyLossFn(RatioPolicyLossFn):
         tau_pos: float = 1.0,
         tau_neg: float = 1.05,
         loss_agg_mode: str = "token-mean",
+        trinity_rft_surrogate: bool = False,
     ) -> None:
         super().__init__(backend=backend)
+        self.trinity_rft_surrogate = trinity_rft_surrogate
         if tau_pos <= 0 or tau_neg <= 0:
             raise ValueError(f"tau_pos and tau_neg must be > 0, got {tau_pos}, {tau_neg}")
         if tau_neg < tau_pos:
@@ -43,7 +48,11 @@ class SAPOPolicyLossFn(RatioPolicyLossFn):
         self.loss_agg_mode = loss_agg_mode
 
     def loss_settings(self) -> dict[str, Any]:
-        return {"tau_pos": self.tau_pos, "tau_neg": self.tau_neg}
+        return {
+            "tau_pos": self.tau_pos,
+            "tau_neg": self.tau_neg,
+            "trinity_rft_surrogate": self.trinity_rft_surrogate,
+        }
 
     @classmethod
     def default_args(cls) -> dict:

@@ -7,11 +7,14 @@
 
 from __future__ import annotations
 
+import copy
 import operator
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Optional
 
 from trinity.buffer.operators.experience_operator import EXPERIENCE_OPERATORS, ExperienceOperator
+from trinity.common.config import RewardShapingConfig
+from trinity.common.constants import OpType
 from trinity.common.experience import Experience
 
 __all__ = ["RewardShapingMapper", "PassRateCalculator", "TASKSET_SCHEDULE_METRIC"]
@@ -33,25 +36,42 @@ class RewardShapingMapper(ExperienceOperator):
     """Reshape rewards with statistics stored in ``exp.info``.
 
     Args:
-        reward_shaping_configs: applied in order; each a dict with
+        reward_shaping_configs: applied in order; each a
+            :class:`~trinity.common.config.RewardShapingConfig` or a dict with
 
             - ``stats_key``: key of ``exp.info`` holding the statistic;
-            - ``op_type``: ``ADD``, ``SUB``, ``MUL`` or ``DIV`` (case-insensitive, default
+            - ``op_type``: ``ADD``, ``SUB``, ``MUL`` or ``DIV`` (an
+              :class:`~trinity.common.constants.OpType` or its name, case-insensitive, default
               ``ADD``): ``reward = reward <op> weight * info[stats_key]``;
             - ``weight``: factor on the statistic (default 1.0).
+        report_reward_diff: also report ``reward_diff/mean|min|max`` (new minus old reward);
+            off by default, as Trinity-RFT's mapper reports no metrics.
 
-    An experience without the statistic (or without a reward) keeps its reward unchanged; a
-    division by zero is skipped. Unlike Trinity-RFT, experiences without a reward are kept
-    rather than dropped: a mapper should not filter (use ``invalid_reward_filter``).
-    Unknown ``op_type`` values are rejected when the pipeline is built, not mid-training.
+    Returns shaped *copies* (shallow: tensors are shared): the input experiences keep their
+    rewards, as in Trinity-RFT. An experience without the statistic (or without a reward)
+    keeps its reward unchanged; a division by zero is skipped. Unlike Trinity-RFT,
+    experiences without a reward are kept rather than dropped: a mapper should not filter
+    (use ``invalid_reward_filter``). Unknown ``op_type`` values are rejected when the
+    pipeline is built, not mid-training.
     """
 
-    def __init__(self, reward_shaping_configs: Optional[list[dict[str, Any]]] = None) -> None:
+    def __init__(
+        self,
+        reward_shaping_configs: Optional[list[Any]] = None,
+        report_reward_diff: bool = False,
+    ) -> None:
+        self.report_reward_diff = report_reward_diff
         self.reward_shaping_configs: list[dict[str, Any]] = []
         for i, cfg in enumerate(reward_shaping_configs or []):
+            if isinstance(cfg, RewardShapingConfig):
+                cfg = {"stats_key": cfg.stats_key, "op_type": cfg.op_type, "weight": cfg.weight}
             if not isinstance(cfg, Mapping):
-                raise TypeError(f"reward_shaping_configs[{i}] must be a mapping, got {cfg!r}")
-            op_type = str(cfg.get("op_type", "ADD")).upper()
+                raise TypeError(
+                    f"reward_shaping_configs[{i}] must be a RewardShapingConfig or a mapping, "
+                    f"got {cfg!r}"
+                )
+            op = cfg.get("op_type", "ADD")
+            op_type = (op.value if isinstance(op, OpType) else str(op)).upper()
             if op_type not in _OPS:
                 raise ValueError(
                     f"reward_shaping_configs[{i}].op_type is {cfg.get('op_type')!r}; "
@@ -76,23 +96,27 @@ class RewardShapingMapper(ExperienceOperator):
 
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict]:
         diffs: list[float] = []
+        out: list[Experience] = []
         for exp in exps:
             if exp.reward is None:
+                out.append(exp)
                 continue
             before = exp.reward
             reward = before
             for cfg in self.reward_shaping_configs:
                 reward = self._shape(reward, exp.info or {}, cfg)
-            exp.reward = float(reward)
-            diffs.append(exp.reward - before)
+            shaped = copy.copy(exp)
+            shaped.reward = float(reward)
+            out.append(shaped)
+            diffs.append(shaped.reward - before)
         metrics: dict[str, float] = {}
-        if diffs:
+        if diffs and self.report_reward_diff:
             metrics = {
                 "reward_diff/mean": sum(diffs) / len(diffs),
                 "reward_diff/min": min(diffs),
                 "reward_diff/max": max(diffs),
             }
-        return exps, metrics
+        return out, metrics
 
 
 def _task_key(exp: Experience) -> Hashable:

@@ -22,6 +22,7 @@ __all__ = [
     "QueueClosedError",
     # queues
     "PRIORITY_FN",
+    "PRIORITY_FUNC",
     "PriorityFunction",
     "ExperienceQueue",
     "PriorityReplayQueue",
@@ -55,6 +56,7 @@ _MODULES = {
     ),
     "queue": (
         "PRIORITY_FN",
+        "PRIORITY_FUNC",
         "PriorityFunction",
         "ExperienceQueue",
         "PriorityReplayQueue",

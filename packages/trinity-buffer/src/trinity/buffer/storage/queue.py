@@ -49,6 +49,7 @@ from trinity.utils.registry import Registry
 
 __all__ = [
     "PRIORITY_FN",
+    "PRIORITY_FUNC",
     "PriorityFunction",
     "LinearDecayPriority",
     "LinearDecayUseCountControlPriority",
@@ -65,6 +66,8 @@ __all__ = [
 
 #: Registry of replay priority functions (``replay_buffer.priority_fn``).
 PRIORITY_FN: Registry[type[PriorityFunction]] = Registry("priority_fn")
+#: Trinity-RFT's name of :data:`PRIORITY_FN`.
+PRIORITY_FUNC = PRIORITY_FN
 
 
 # --------------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ from ._sections import (
     TrainerInput,
 )
 from ._utils import cuda_is_available
+from .reward_shaping import RewardShapingConfig
 
 __all__ = [
     # errors
@@ -113,6 +114,7 @@ __all__ = [
     "MegatronParallelConfig",
     "DataProcessorConfig",
     "OperatorConfig",
+    "RewardShapingConfig",
     "ExperiencePipelineConfig",
     "TaskPipelineConfig",
     "MonitorConfig",

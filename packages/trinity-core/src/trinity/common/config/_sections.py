@@ -63,7 +63,13 @@ LogLevel = Annotated[
 ]
 DType = Annotated[Literal["auto", "bfloat16", "float16", "half", "float32", "float"], _normalized()]
 LossAggMode = Annotated[
-    Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"],
+    Literal[
+        "token-mean",
+        "token-sum",
+        "seq-mean-token-sum",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum-norm",
+    ],
     _normalized(),
 ]
 ConcurrentMode = Annotated[Literal["sequential", "asynchronous", "multi-threading"], _normalized()]

@@ -412,6 +412,8 @@ class TrinityLoss:
 
 def _share(mask: Tensor, mode: str, num_tokens: float, num_seqs: float) -> float:
     """The part of the whole batch's ``mode`` denominator that this micro-batch holds."""
+    if mode == "token-sum":  # a sum over micro-batches is the batch's sum: no rescaling
+        return 1.0
     if mode == "token-mean":
         return float(mask.sum().item()) / max(num_tokens, 1.0)
     return float((mask.sum(dim=-1) > 0).sum().item()) / max(num_seqs, 1.0)

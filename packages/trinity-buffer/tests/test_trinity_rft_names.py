@@ -1,0 +1,77 @@
+"""Buffer names code written for Trinity-RFT imports (docs/compat.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trinity.buffer.buffer_reader import BufferReader
+from trinity.buffer.operators import ExperienceOperator
+from trinity.buffer.reader import READER
+from trinity.buffer.schema import FORMATTER, SQL_SCHEMA
+from trinity.buffer.schema.sql_schema import ExperienceModel
+from trinity.buffer.selector import SELECTORS, BaseSelector
+from trinity.buffer.storage import PRIORITY_FN, PRIORITY_FUNC
+from trinity.common.config import OperatorConfig, RewardShapingConfig
+from trinity.common.constants import OpType
+from trinity.common.experience import EID, Experience, from_hf_datasets, to_hf_datasets
+
+
+def test_registries_under_trinity_rft_names():
+    assert set(READER.list()) == {"queue", "priority_queue", "sql", "file"}
+    assert all(issubclass(READER.get(n), BufferReader) for n in READER.list())
+    assert {"sft", "dpo"} <= set(FORMATTER.list())
+    assert SQL_SCHEMA.get("experience") is ExperienceModel
+    assert all(issubclass(SELECTORS.get(n), BaseSelector) for n in SELECTORS.list())
+    assert PRIORITY_FUNC is PRIORITY_FN
+
+
+def _exp(**kw) -> Experience:
+    return Experience(
+        eid=EID(batch=1, task=2, run=3),
+        tokens=torch.tensor([1, 2, 3, 4]),
+        prompt_length=2,
+        reward=0.5,
+        logprobs=torch.tensor([-0.1, -0.2]),
+        info={"k": [1, 2]},
+        metrics={"acc": 1.0},
+        **kw,
+    )
+
+
+def _same(a: Experience, b: Experience) -> None:
+    assert a.eid == b.eid and a.reward == b.reward and a.info == b.info
+    assert a.metrics == b.metrics and a.prompt_length == b.prompt_length
+    for name in ("tokens", "logprobs", "action_mask", "advantages"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None and y is None) or (x.dtype == y.dtype and torch.equal(x, y)), name
+
+
+def test_experience_model_and_hf_datasets_round_trip():
+    exps = [_exp(), _exp(advantages=torch.tensor([0.3, 0.4]))]
+    _same(ExperienceModel.from_experience(exps[0]).to_experience(), exps[0])
+    ds = to_hf_datasets(exps)
+    assert ds.column_names[0] == "experience" and ds["reward"] == [0.5, 0.5]
+    for a, b in zip(exps, from_hf_datasets(ds), strict=True):
+        _same(a, b)
+    with pytest.raises(ValueError, match="no 'experience' column"):
+        from_hf_datasets(ds.remove_columns("experience"))
+
+
+def test_reward_shaping_mapper_takes_reward_shaping_configs():
+    (op,) = ExperienceOperator.create_operators(
+        [
+            OperatorConfig(
+                name="reward_shaping_mapper",
+                args={
+                    "reward_shaping_configs": [
+                        RewardShapingConfig(stats_key="q", op_type=OpType.ADD, weight=1.0),
+                        RewardShapingConfig(stats_key="d", op_type="mul", weight=0.5),
+                    ]
+                },
+            )
+        ]
+    )
+    exp = Experience(tokens=[1, 2], reward=1.0, info={"q": 3, "d": 2})
+    (out,), metrics = op.process([exp])
+    assert out.reward == (1.0 + 3) * 0.5 * 2 and exp.reward == 1.0 and metrics == {}
