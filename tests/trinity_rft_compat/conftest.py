@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from trinity.utils.registry import UnknownModuleError
-
 UPSTREAM = Path(__file__).resolve().parent / "upstream"
 
 _DUAL_CLIP = (
@@ -44,10 +42,6 @@ _LAYOUT = (
     "logprobs is accepted and trimmed to its response part, so it does not compare equal "
     "to the full-length input. docs/compat.md"
 )
-_REGISTRY_GET = (
-    "Registry.get raises UnknownModuleError (listing the known names) for an unknown name; "
-    "Trinity-RFT returns None. docs/compat.md"
-)
 
 #: test node id suffix -> (reason, exception the test must fail with)
 DOCUMENTED_DIFFERENCES: dict[str, tuple[str, type[BaseException]]] = {
@@ -68,7 +62,8 @@ DOCUMENTED_DIFFERENCES: dict[str, tuple[str, type[BaseException]]] = {
     "algorithm/kl_fn_test.py::KLFnTest::test_corrected_k3_with_old_logprob": (
         "Fails against Trinity-RFT's own corrected_k3 too: the expected value computes "
         "exp(logr) - logr - 1 where the implementation computes exp(logr) - 1 - logr; near "
-        "logr = 0 the rounding differs by more than allclose's rtol=1e-5 / atol=1e-8. "
+        "logr = 0 the rounding differs by more than allclose's rtol=1e-5 / atol=1e-8, and the "
+        "other order would fail test_corrected_k3_same_policy / _fallback instead. "
         "docs/compat.md",
         AssertionError,
     ),
@@ -78,22 +73,6 @@ DOCUMENTED_DIFFERENCES: dict[str, tuple[str, type[BaseException]]] = {
     ),
     "common/experience_test.py::TestExperienceConversion::"
     "test_experience_model_experience_conversion": (_LAYOUT, AssertionError),
-    "common/registry_test.py::TestRegistry::test_common_module_registry_mapping": (
-        _REGISTRY_GET,
-        UnknownModuleError,
-    ),
-    "common/registry_test.py::TestRegistry::test_algorithm_registry_mapping": (
-        _REGISTRY_GET,
-        UnknownModuleError,
-    ),
-    "common/registry_test.py::TestRegistry::test_buffer_module_registry_mapping": (
-        _REGISTRY_GET,
-        UnknownModuleError,
-    ),
-    "common/registry_test.py::TestRegistry::test_utils_module_registry_mapping": (
-        _REGISTRY_GET,
-        UnknownModuleError,
-    ),
 }
 
 #: test node id suffix -> reason it cannot run here (GPU, model hub, cluster).
@@ -118,8 +97,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=OUT_OF_SCOPE[node]))
         elif node in DOCUMENTED_DIFFERENCES:
             reason, raises = DOCUMENTED_DIFFERENCES[node]
-            # The registry tests run subtests (one per registered name) that pass before the
-            # final unknown-name lookup fails; a strict mark would turn those passes into
-            # failures, so they get a non-strict one (still pinned to UnknownModuleError).
-            strict = raises is not UnknownModuleError
-            item.add_marker(pytest.mark.xfail(reason=reason, raises=raises, strict=strict))
+            item.add_marker(pytest.mark.xfail(reason=reason, raises=raises, strict=True))

@@ -101,7 +101,7 @@ def component_registry(field_name: str) -> Registry:
 
 def _lookup(registry: Registry, name: str, config_field: str) -> Any:
     try:
-        return registry.get(name)
+        return registry[name]
     except UnknownModuleError as exc:
         raise UnknownComponentError(config_field, exc) from None
 

@@ -321,4 +321,4 @@ def get_formatter(
     schema_type: str, tokenizer: Any, format_config: Optional[FormatConfig] = None
 ) -> ExperienceFormatter:
     """The formatter registered as ``schema_type`` (``"sft"`` / ``"dpo"``)."""
-    return FORMATTERS.get(schema_type)(tokenizer, format_config)
+    return FORMATTERS[schema_type](tokenizer, format_config)

@@ -272,7 +272,7 @@ class ComponentContract:
             name = found[0]
         assert name in registry, f"{name!r} is not in registry {registry.name!r}"
         assert name in registry.list(), f"{registry.name}.list() does not list {name!r}"
-        got = registry.get(name)
+        got = registry[name]
         assert got is self.component, (
             f"{registry.name}.get({name!r}) returned {got!r}, not {self.component!r} (another "
             "class holds the name)"
@@ -303,7 +303,7 @@ def make_contract_tests(
     classes: dict[str, type] = {}
     for name in all_names:
         body: dict[str, Any] = {
-            "component": registry.get(name),
+            "component": registry[name],
             "registered_name": name,
             "component_args": dict(args.get(name, {})),
             "__module__": contract.__module__,

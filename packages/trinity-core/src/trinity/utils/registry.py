@@ -45,7 +45,7 @@ import difflib
 import threading
 from collections.abc import Callable, Iterator
 from importlib import metadata
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, Literal, Optional, TypeVar, overload
 
 from trinity.utils.log import get_logger
 
@@ -308,16 +308,31 @@ class Registry(Generic[T]):
                 self._tiers[name] = "builtin"
 
     # ------------------------------------------------------------------ lookup
-    def get(self, name: str) -> T:
-        """Return the module registered as ``name``, loading an entry point if needed.
+    def get(self, name: str) -> Optional[T]:
+        """The module registered as ``name`` (loading an entry point if needed), or ``None``
+        when nobody registered it -- Trinity-RFT's contract, which code written for it checks
+        (``if REGISTRY.get(name) is None``). ``registry[name]`` raises instead, with the known
+        names and the closest match: the framework itself looks names up that way.
 
         User code's registration wins over a built-in of the same name.
 
         Raises:
-            UnknownModuleError: nobody registered ``name``; the message lists known names.
             DuplicateModuleError: the name resolves to a built-in and more than one installed
                 package advertises it.
             EntryPointLoadError: an installed package advertises ``name`` but fails to import.
+        """
+        try:
+            return self[name]
+        except UnknownModuleError:
+            return None
+
+    def __getitem__(self, name: str) -> T:
+        """The module registered as ``name``, loading an entry point if needed.
+
+        Raises:
+            UnknownModuleError: nobody registered ``name``; the message lists known names.
+            DuplicateModuleError: see :meth:`get`.
+            EntryPointLoadError: see :meth:`get`.
         """
         with self._lock:
             if self._tiers.get(name) == "user":
@@ -333,9 +348,6 @@ class Registry(Generic[T]):
             with self._lock:
                 return self._modules[name]
         raise UnknownModuleError(self.name, name, self.list())
-
-    def __getitem__(self, name: str) -> T:
-        return self.get(name)
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
@@ -376,7 +388,7 @@ class Registry(Generic[T]):
     def load_all(self) -> dict[str, T]:
         """Load every advertised entry point and return all modules (e.g. to list choices)."""
         for name in self._get_entry_points():
-            self.get(name)
+            self[name]
         return self.modules
 
     def find_by_attr(self, attr: str) -> T | None:

@@ -195,5 +195,5 @@ def create_monitor(config: Config, *, with_jsonl: bool = True) -> MultiMonitor:
         monitors.append(JsonlMonitor(os.path.join(config.checkpoint_job_dir, METRICS_FILE)))
     monitor_type = config.monitor.monitor_type
     if monitor_type:
-        monitors.append(MONITOR.get(monitor_type)(config))
+        monitors.append(MONITOR[monitor_type](config))
     return MultiMonitor(monitors)

@@ -72,7 +72,7 @@ def validate_config(
         raise ConfigError(exc.errors, label) from None
     warnings: list[str] = []
     for index, run in enumerate(runs):
-        found = ALGORITHM_TYPE.get(run.algorithm.algorithm_type).check_config(run) or []
+        found = ALGORITHM_TYPE[run.algorithm.algorithm_type].check_config(run) or []
         warnings += [f"stages[{index}]: {w}" if config.stages else w for w in found]
     return config, warnings
 
@@ -117,7 +117,7 @@ def check_component_names(config: Config) -> None:
             if name is None:
                 continue
             try:
-                registry.get(name)
+                registry[name]
             except UnknownModuleError as exc:
                 issues.append(
                     ConfigIssue(

@@ -493,7 +493,7 @@ def get_tools(names: Iterable[str]) -> list[Tool]:
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"tool names must be strings, got {name!r}")
-        tool = TOOLS.get(name)
+        tool = TOOLS[name]
         if not isinstance(tool, Tool):
             raise TypeError(f"TOOLS[{name!r}] is {tool!r}, not a Tool")
         tools.append(tool)
@@ -502,7 +502,7 @@ def get_tools(names: Iterable[str]) -> list[Tool]:
 
 def default_tool_names() -> list[str]:
     """The built-in tools that work here (``python`` only where the default sandbox runs)."""
-    return [name for name in BUILTIN_TOOLS if TOOLS.get(name).is_available()]
+    return [name for name in BUILTIN_TOOLS if TOOLS[name].is_available()]
 
 
 def normalize_tool_schema(schema: Any) -> dict[str, Any]:

@@ -469,7 +469,7 @@ def build_sample_strategy(
     ``context`` carries run settings that are not strategy arguments but that strategies
     need, e.g. ``train_batch_size=config.buffer.train_batch_size``.
     """
-    cls = SAMPLE_STRATEGY.get(strategy) if isinstance(strategy, str) else strategy
+    cls = SAMPLE_STRATEGY[strategy] if isinstance(strategy, str) else strategy
     merged: dict[str, Any] = dict(cls.default_args() or {})
     merged.update(args or {})
     merged.update(context)

@@ -106,7 +106,7 @@ def create_operators(operator_configs: Sequence[OperatorSpec]) -> list[Experienc
         config = operator_config(spec)
         where = f"experience_pipeline.operators[{index}] ({config.name!r})"
         try:
-            operator_cls = EXPERIENCE_OPERATORS.get(config.name)
+            operator_cls = EXPERIENCE_OPERATORS[config.name]
         except KeyError as exc:
             raise ExperienceOperatorError(f"{where}: {exc}", index=index, name=config.name) from exc
         if not _is_operator_class(operator_cls):

@@ -490,9 +490,7 @@ class PriorityReplayQueue(_BaseQueue):
         reuse_cooldown_time: Optional[float] = None,
     ) -> None:
         super().__init__(name, capacity)
-        self.priority_fn: PriorityFunction = PRIORITY_FN.get(priority_fn)(
-            **(priority_fn_args or {})
-        )
+        self.priority_fn: PriorityFunction = PRIORITY_FN[priority_fn](**(priority_fn_args or {}))
         self.reuse_cooldown_time = reuse_cooldown_time
         self._entries: list[_Entry] = []  # ascending: lowest priority first
         self._cooling: deque[tuple[float, _Entry]] = deque()  # (ready_at, entry), FIFO by time

@@ -411,5 +411,5 @@ def build_selector(data_source: Any, config: Optional[DataSelectorConfig] = None
     """The selector ``config.selector_type`` names (``sequential`` when unset)."""
     config = config or DataSelectorConfig()
     name = config.selector_type or "sequential"
-    cls = TASK_SELECTORS.get(name)
+    cls = TASK_SELECTORS[name]
     return cls(data_source, config)

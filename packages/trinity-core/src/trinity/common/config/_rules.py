@@ -459,9 +459,10 @@ def _rule_buffer(c: _Checker, cfg: Config) -> None:
         if not exp.name:
             _set_derived(exp, "name", DEFAULT_EXPERIENCE_BUFFER_NAME)
         _set_derived(exp, "batch_size", tbs)
+        least = 0  # a read stops at explore steps' ends only where an explorer writes them
         if cfg.mode in ("both", "explore") and tbs:
-            least = math.ceil(cfg.explorer.min_batch_fraction * tbs)
-            _set_derived(exp, "min_batch_size", max(1, min(least, tbs)))
+            least = max(1, min(math.ceil(cfg.explorer.min_batch_fraction * tbs), tbs))
+        _set_derived(exp, "min_batch_size", least)
         _set_derived(exp, "tokenizer_path", cfg.model.model_path or None)
         _set_derived(exp, "ray_namespace", exp.ray_namespace or cfg.ray_namespace)
         if exp.format.chat_template is None:

@@ -83,14 +83,14 @@ class Task:
                 f"Known workflows: {', '.join(WORKFLOWS.list()) or 'none installed'}."
             )
         if isinstance(self.workflow, str):
-            return WORKFLOWS.get(self.workflow)
+            return WORKFLOWS[self.workflow]
         return self.workflow
 
     @property
     def reward_fn_cls(self) -> Optional[type[RewardFn]]:
         """The reward-function class, or None (a registered name is looked up)."""
         if isinstance(self.reward_fn, str):
-            return REWARD_FUNCTIONS.get(self.reward_fn)
+            return REWARD_FUNCTIONS[self.reward_fn]
         return self.reward_fn
 
     def to_workflow(

@@ -152,7 +152,7 @@ class Trainer:
             from trinity.algorithm.utils import build_component
 
             self.advantage_fn = build_component(
-                ADVANTAGE_FN.get(self.algorithm.advantage_fn),
+                ADVANTAGE_FN[self.algorithm.advantage_fn],
                 self.algorithm.args("advantage_fn"),
             )
         self.readers = readers

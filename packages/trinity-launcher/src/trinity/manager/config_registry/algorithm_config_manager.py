@@ -22,7 +22,7 @@ OFFLINE_ALGORITHMS = ("sft", "dpo")
 
 
 def algorithm_class() -> Any:
-    return ALGORITHM_TYPE.get(st.session_state["algorithm_type"])
+    return ALGORITHM_TYPE[st.session_state["algorithm_type"]]
 
 
 def use_critic() -> bool:

@@ -69,7 +69,7 @@ def build_reward_fn(
     if spec is None:
         return None
     if isinstance(spec, str):
-        spec = REWARD_FUNCTIONS.get(spec)
+        spec = REWARD_FUNCTIONS[spec]
     args = dict(args or {})
     if isinstance(spec, type):
         try:
