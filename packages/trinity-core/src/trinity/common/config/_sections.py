@@ -693,6 +693,17 @@ class ExplorerConfig(_Section):
     runner_per_model: int = Field(8, ge=1, description="Workflow runners per rollout engine.")
     max_timeout: int = Field(1800, ge=1, description="Seconds a task may run.")
     max_retry_times: int = Field(2, ge=0, description="Retries of a failed or timed-out task.")
+    max_engine_restarts: int = Field(
+        3,
+        ge=0,
+        description=(
+            "Restarts of a dead rollout engine allowed within engine_restart_window seconds; "
+            "one more death stops the run (0: the first death stops it)."
+        ),
+    )
+    engine_restart_window: float = Field(
+        600.0, gt=0, description="Seconds over which max_engine_restarts is counted."
+    )
     env_vars: Annotated[dict[str, str], BeforeValidator(_stringify_values)] = Field(
         default_factory=dict, description="Environment variables for workflow runners."
     )
