@@ -264,6 +264,8 @@ def test_mode_both_survives_a_kill_9_of_its_engine(
     done = run_cli(path, "--plugin-dir", str(plugins), timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert marker.exists()  # the engine was killed
+    log = done.stdout + done.stderr
+    assert "Rollout engine 0 (" in log and "restarted in" in log, log[-5000:]
     rows = [
         json.loads(line)
         for line in (tmp_path / "ckpt" / "both" / config["name"] / "metrics.jsonl")
