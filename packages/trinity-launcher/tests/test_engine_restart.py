@@ -131,7 +131,15 @@ def test_an_engine_that_dies_mid_step_is_replaced_with_the_latest_weights(
             first = explorer.rollout_engines[0]
             await explorer.load_weights(None, 5, state_dict=ray.put({}))
             await explorer.explore()
-            return first, explorer.rollout_engines[0]
+            now = explorer.rollout_engines[0]
+            # an engine found dead by a weight push is replaced and gets that push's weights
+            ray.kill(now, no_restart=True)
+            await explorer.load_weights(None, 7, state_dict=ray.put({}))
+            again = explorer.rollout_engines[0]
+            assert again is not now
+            assert await again.get_model_version.remote() == 7
+            assert explorer.supervisor.total_restarts == 2
+            return first, now
         finally:
             await explorer.shutdown()
 

@@ -622,10 +622,25 @@ class RunnerPool:
             ref = runner.handle.run_task.remote(state.result.task, state.run_id_base)
             result = await asyncio.wait_for(_await_ref(ref), self.max_timeout)
         except asyncio.TimeoutError:
-            return "timeout", (
+            message = (
                 f"timeout: no result within explorer.max_timeout ({self.max_timeout:g} s) "
                 f"on workflow runner {runner.runner_id}"
             )
+            if self.supervisor is not None:  # a dead engine may hang its callers
+                from trinity.launcher.engines.supervisor import engine_death
+
+                try:
+                    dead = await engine_death(self.rollout_engines[runner.engine_index])
+                except Exception:  # the check itself failed: a plain timeout
+                    dead = None
+                if (
+                    dead
+                    and runner.engine_generation == self._engine_generation[runner.engine_index]
+                ):
+                    return "engine_dead", (
+                        f"rollout engine {runner.engine_index} died ({dead}):\n{message}"
+                    )
+            return "timeout", message
         except _crash_errors() as exc:
             return "crash", f"workflow runner {runner.runner_id} died: {exc}"
         except Exception as exc:  # e.g. the task could not be sent (unpicklable arguments)
