@@ -290,3 +290,38 @@ def test_mode_both_survives_a_kill_9_of_its_engine(
     assert [r["rollout/model_version"] for r in rows] == [0, 1, 2, 3, 4, 5]
     assert [r["sample/model_version/max"] for r in rows] == [0, 1, 2, 3, 4, 5]
     assert all(math.isfinite(r["actor/loss"]) for r in rows)
+
+
+@pytest.mark.slow
+def test_mode_both_stops_plainly_past_the_restart_bound(
+    tmp_path, both_config, run_cli, arithmetic_tasks
+):
+    """``max_engine_restarts: 0``: the engine actor's death in step 2 stops the run (exit
+    status 1, no hang) with an error naming the engine and quoting its log."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "killer.py").write_text(KILLER)
+    workflow_args = {"kill_marker": str(tmp_path / "killed"), "kill_step": 2, "kill": "actor"}
+    config = both_config(
+        tmp_path,
+        "bound",
+        arithmetic_tasks(tmp_path, 16),
+        buffer={
+            "explorer_input": {
+                "taskset": {
+                    "default_workflow_type": "kill_engine_arithmetic",
+                    "workflow_args": workflow_args,
+                }
+            }
+        },
+        explorer={"max_engine_restarts": 0},
+        trainer={"save_interval": 0},
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = run_cli(path, "--plugin-dir", str(plugins), timeout=600)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-5000:]
+    error = done.stderr[done.stderr.index("error: the both run failed") :]
+    assert "EngineRestartError: rollout engine 0 (transformers, model" in error
+    assert "died 1 time within 600s" in error and "max_engine_restarts (0)" in error
+    assert "lines of its log" in error and "TransformersEngine" in error

@@ -285,8 +285,10 @@ class EngineSupervisor:
     def _bound_message(self, index: int, reason: str) -> str:
         engine = self.engines[index]
         source, lines = log_tail(engine.pid)
+        deaths = len(engine.deaths) + 1
         text = (
-            f"rollout engine {self._name(index)} died {len(engine.deaths) + 1} times within "
+            f"rollout engine {self._name(index)} died {deaths} time{'s' if deaths > 1 else ''} "
+            f"within "
             f"{self.window:g}s, more than explorer.max_engine_restarts ({self.max_restarts}) "
             f"allows (explorer.engine_restart_window: {self.window:g}); stopping the run. "
             f"Last error: {reason}"
