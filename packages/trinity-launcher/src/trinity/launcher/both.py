@@ -135,6 +135,14 @@ class Synchronizer:
         """Synchronise version ``version``; returns the seconds it took."""
         start = time.perf_counter()
         handles = list(self.explorer.rollout_engines or [])
+        supervisor = getattr(self.explorer, "supervisor", None)
+        if self.method == "nccl" and supervisor is not None and supervisor.total_restarts:
+            # a replaced engine is not a member of the collective group: memory from now on
+            logger.warning(
+                "synchronizer.sync_method 'nccl': a rollout engine was restarted and is not in "
+                "the weight broadcast group; weights go through Ray's object store from now on"
+            )
+            self.method = "memory"
         if self.method == "checkpoint":
             path = os.path.join(
                 self.config.checkpoint_job_dir,
@@ -163,20 +171,33 @@ class Synchronizer:
                     port,
                 )
             await broadcast_to_engines(self.engine, handles, self._group, version, self.timeout)
+            if supervisor is not None:  # a replaced engine gets the weights as a state dict
+                supervisor.record(version, provider=self._state_ref)
         else:
-            import ray
-
-            if hasattr(self.engine, "state_dict_ref"):  # trainer ranks are Ray workers
-                state = await asyncio.to_thread(self.engine.state_dict_ref)
+            state = await self._state_ref()
+            if supervisor is not None:  # records the ref: a replaced engine loads it too
+                await asyncio.wait_for(
+                    self.explorer.load_weights(None, version, state_dict=state), self.timeout
+                )
             else:
-                state = ray.put(await asyncio.to_thread(self.engine.state_dict))
-            await asyncio.wait_for(
-                asyncio.gather(
-                    *(h.update_weights.remote(state_dict=state, version=version) for h in handles)
-                ),
-                timeout=self.timeout,
-            )
+                await asyncio.wait_for(
+                    asyncio.gather(
+                        *(
+                            h.update_weights.remote(state_dict=state, version=version)
+                            for h in handles
+                        )
+                    ),
+                    timeout=self.timeout,
+                )
         return time.perf_counter() - start
+
+    async def _state_ref(self) -> Any:
+        """The trainer's state dict in Ray's object store."""
+        import ray
+
+        if hasattr(self.engine, "state_dict_ref"):  # trainer ranks are Ray workers
+            return await asyncio.to_thread(self.engine.state_dict_ref)
+        return ray.put(await asyncio.to_thread(self.engine.state_dict))
 
     async def _nccl_possible(self, handles: list[Any]) -> bool:
         """NCCL needs the trainer's rank 0 and every engine on different GPUs; where one shares

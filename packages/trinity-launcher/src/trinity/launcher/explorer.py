@@ -306,6 +306,8 @@ class Explorer:
         self.progress = progress
         self.tasks_per_runner = tasks_per_runner
         self.pool: Optional[RunnerPool] = None
+        #: replaces rollout engines that die (set by :meth:`prepare`)
+        self.supervisor: Any = None
         self.pipeline: Any = None
         self.step = 0
         self.last_metrics: dict[str, float] = {}
@@ -354,17 +356,34 @@ class Explorer:
             self._own_engines += [h for g in self.auxiliary_engines for h in g]
         handles = [*self.rollout_engines, *(h for g in self.auxiliary_engines for h in g)]
         await asyncio.gather(*(h.ready.remote() for h in handles))
+        self.supervisor = self._build_supervisor()
+        await self.supervisor.start()
         self.pool = RunnerPool.from_config(
             self.config,
             self.rollout_engines,
             self.auxiliary_engines,
             plugin_dirs=self.plugin_dirs,
             tasks_per_runner=self.tasks_per_runner,
+            supervisor=self.supervisor,
         )
         await self.pool.start()
         if self.explores:
             self.pipeline = self._build_pipeline()
             await self.pipeline.prepare()
+
+    def _build_supervisor(self) -> Any:
+        """The supervisor that replaces dead rollout engines (it shares
+        ``self.rollout_engines``, so a replacement is what everyone sees next)."""
+        from trinity.launcher.engines.supervisor import EngineSupervisor
+
+        explorer = self.config.explorer
+        assert self.rollout_engines is not None
+        return EngineSupervisor(
+            self.rollout_engines,
+            owned=[any(h is o for o in self._own_engines) for h in self.rollout_engines],
+            max_restarts=explorer.max_engine_restarts,
+            window=explorer.engine_restart_window,
+        )
 
     def _build_pipeline(self) -> Any:
         from trinity.buffer import get_buffer_writer
@@ -402,6 +421,10 @@ class Explorer:
         if self.pool is not None:
             self.pool.shutdown()
             self.pool = None
+        if self.supervisor is not None:  # replacements the supervisor started are ours too
+            own = self._own_engines + self.supervisor.owned_handles()
+            self._own_engines = list({id(h): h for h in own}.values())
+            self.supervisor = None
         if self._own_engines:
             import ray
 
@@ -420,6 +443,10 @@ class Explorer:
             self.progress.close()
 
     def _log(self, metrics: dict[str, Any], step: int) -> None:
+        if self.supervisor is not None and "rollout/tasks" in metrics:  # an explore step's
+            # record: engines restarted since the previous one (during it, or during a sync)
+            metrics["rollout/engine_restarts"] = float(self.supervisor.take_unreported())
+            metrics["rollout/engine_restarts_total"] = float(self.supervisor.total_restarts)
         if self.monitor is not None:
             self.monitor.log(metrics, step)
 
@@ -643,13 +670,19 @@ class Explorer:
         self._log(metrics, step)
         return metrics
 
-    async def load_weights(self, path: str, version: int) -> None:
-        """Load the weights at ``path`` into every rollout engine as model version
-        ``version``."""
+    async def load_weights(
+        self, path: Optional[str], version: int, *, state_dict: Any = None
+    ) -> None:
+        """Load weights into every rollout engine as model version ``version``: those at
+        ``path`` (safetensors file or HF directory), or ``state_dict`` (a state dict or the
+        Ray object ref of one). The supervisor records them, so an engine that dies later
+        comes back with them, and replaces an engine found dead on the way."""
+        if self.supervisor is not None:
+            await self.supervisor.update_weights(version, state=state_dict, path=path)
+            return
         engines = self.rollout_engines or []
-        await asyncio.gather(
-            *(h.update_weights.remote(path=path, version=version) for h in engines)
-        )
+        kwargs = {"path": path} if state_dict is None else {"state_dict": state_dict}
+        await asyncio.gather(*(h.update_weights.remote(version=version, **kwargs) for h in engines))
 
     async def bench(self) -> dict[int, dict[str, float]]:
         """Evaluate every eval task set (mode ``bench``); return ``{step: metrics}``.

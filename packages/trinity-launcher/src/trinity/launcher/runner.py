@@ -17,7 +17,11 @@ its process, and a batch must survive all three:
   stuck in a sync workflow cannot be interrupted any other way) and a fresh actor takes its
   place; the task is retried;
 * a runner whose process dies (``RayActorError``) is replaced; every task that was running
-  on it is retried (each is charged one retry: which of them killed it cannot be known).
+  on it is retried (each is charged one retry: which of them killed it cannot be known);
+* a task that failed because its rollout engine died (the runner asks the engine's health
+  after any failure) is not charged a retry: the pool has the explorer's
+  :class:`~trinity.launcher.engines.supervisor.EngineSupervisor` replace the engine, starts
+  that engine's runners afresh on the new handle, and runs the task again.
 
 The batch completes without the tasks that failed; :class:`BatchResult` carries them with
 their errors, and the ``runner/*`` metrics count what happened.
@@ -143,12 +147,16 @@ class WorkflowRunner:
             exps = await self._run(task, run_id_base)
             payload = Experience.serialize_many(exps)
         except (Exception, SystemExit):  # a workflow calling sys.exit() fails its task only
-            return {
+            failed = {
                 **base,
                 "ok": False,
                 "error": traceback.format_exc(),
                 "seconds": time.perf_counter() - start,
             }
+            dead = await self.engine_death()
+            if dead:  # not the task's fault: the pool restarts the engine and runs it again
+                failed["engine_dead"] = dead
+            return failed
         return {
             **base,
             "ok": True,
@@ -156,6 +164,17 @@ class WorkflowRunner:
             "count": len(exps),
             "seconds": time.perf_counter() - start,
         }
+
+    async def engine_death(self) -> Optional[str]:
+        """Why this runner's rollout engine is dead, or ``None`` when it is healthy (asked
+        after a failed task: a workflow may wrap or reword the engine's error)."""
+        from trinity.launcher.engines.supervisor import engine_death
+
+        try:
+            return await engine_death(self._engine)
+        except Exception as exc:  # the check itself failed: not a known death
+            logger.debug("engine health check: %s", exc)
+            return None
 
     async def _run(self, task: Task, run_id_base: int = 0) -> list[Experience]:
         cls = task.workflow_cls
@@ -262,6 +281,8 @@ class _Runner:
         self.in_flight = 0
         self.usable = True  # False once retired (hung) or dead
         self.killed = False
+        #: the pool's count of restarts of its engine when it started (stale once it moves)
+        self.engine_generation = 0
 
 
 class _TaskState:
@@ -338,6 +359,7 @@ class RunnerPool:
         start_timeout: float = RUNNER_START_TIMEOUT,
         concurrent_mode: str = "sequential",
         max_repeat_times_per_runner: Optional[int] = None,
+        supervisor: Any = None,
     ) -> None:
         from trinity.common.workflows import CONCURRENT_MODES
 
@@ -389,6 +411,11 @@ class RunnerPool:
         self._last_start_error: Optional[str] = None
         self._counts: dict[str, float] = {}
         self.total_replaced = 0
+        #: replaces dead rollout engines (:class:`~trinity.launcher.engines.supervisor.
+        #: EngineSupervisor`); without one a task of a dead engine fails like any other
+        self.supervisor = supervisor
+        self._engine_generation = [0] * len(self.rollout_engines)
+        self._restarting: dict[int, asyncio.Task] = {}
 
     @classmethod
     def from_config(
@@ -452,6 +479,7 @@ class RunnerPool:
 
     async def _start_runner(self, slot: int) -> _Runner:
         runner_id = next(self._ids)
+        generation = self._engine_generation[slot // self.runner_per_model]
         handle = self._create_actor(slot, runner_id)
         self._starting_handles[runner_id] = handle  # so that shutdown() can kill it
         try:
@@ -466,6 +494,7 @@ class RunnerPool:
         finally:
             self._starting_handles.pop(runner_id, None)
         runner = _Runner(handle, runner_id, slot, slot // self.runner_per_model)
+        runner.engine_generation = generation
         self._slots[slot] = runner
         return runner
 
@@ -492,9 +521,50 @@ class RunnerPool:
             self._slots[runner.slot] = None
         self._retired.append(runner)
         self._reap()
+        if runner.engine_index in self._restarting or runner.slot in self._starting:
+            return  # the engine's restart (or a start under way) fills the slot
         self._starting[runner.slot] = asyncio.ensure_future(
             self._replace_in_background(runner.slot)
         )
+
+    # ------------------------------------------------------------------ dead engines
+    def _engine_slots(self, index: int) -> range:
+        return range(index * self.runner_per_model, (index + 1) * self.runner_per_model)
+
+    def _engine_down(self, index: int, reason: str) -> None:
+        """Take engine ``index``'s runners out of service and restart the engine."""
+        if index in self._restarting:
+            return
+        dead = self.rollout_engines[index]
+        for slot in self._engine_slots(index):
+            starting = self._starting.pop(slot, None)
+            if starting is not None:  # it would bind the dead handle (its actor is killed)
+                starting.cancel()
+            runner = self._slots[slot]
+            if runner is not None and runner.usable:
+                runner.usable = False
+                self._slots[slot] = None
+                self._retired.append(runner)
+        self._reap()
+        self._restarting[index] = asyncio.ensure_future(self._restart_engine(index, dead, reason))
+
+    async def _restart_engine(self, index: int, dead: Any, reason: str) -> None:
+        handle = await self.supervisor.restart(index, dead, reason)
+        self.rollout_engines[index] = handle
+        self._engine_generation[index] += 1
+        await asyncio.gather(*(self._start_runner(s) for s in self._engine_slots(index)))
+
+    def _raise_failed_restart(self, running: dict[asyncio.Task, Any]) -> None:
+        """Forget finished restarts; re-raise one that failed (past the bound: the run stops)."""
+        for index, restart in list(self._restarting.items()):
+            if not restart.done():
+                continue
+            del self._restarting[index]
+            if restart.cancelled() or restart.exception() is None:
+                continue
+            for attempt in running:
+                attempt.cancel()
+            raise restart.exception()  # type: ignore[misc]
 
     def _reap(self) -> None:
         """Kill retired runners that no longer run any task of ours."""
@@ -505,15 +575,19 @@ class RunnerPool:
                 self._retired.remove(runner)
 
     async def wait_ready(self) -> None:
-        """Wait until the replacement runners being started are up (or have failed)."""
-        while self._starting:
-            await asyncio.gather(*list(self._starting.values()), return_exceptions=True)
+        """Wait until the replacement runners (and engines) being started are up (or have
+        failed)."""
+        while self._starting or self._restarting:
+            pending = [*self._starting.values(), *self._restarting.values()]
+            await asyncio.gather(*pending, return_exceptions=True)
+            self._restarting = {i: t for i, t in self._restarting.items() if not t.done()}
 
     def shutdown(self) -> None:
         """Kill every runner (the engines are left alone: they belong to the caller)."""
-        for task in self._starting.values():
+        for task in [*self._starting.values(), *self._restarting.values()]:
             task.cancel()
         self._starting.clear()
+        self._restarting.clear()
         for handle in self._starting_handles.values():
             _kill(handle)
         self._starting_handles.clear()
@@ -548,15 +622,35 @@ class RunnerPool:
             ref = runner.handle.run_task.remote(state.result.task, state.run_id_base)
             result = await asyncio.wait_for(_await_ref(ref), self.max_timeout)
         except asyncio.TimeoutError:
-            return "timeout", (
+            message = (
                 f"timeout: no result within explorer.max_timeout ({self.max_timeout:g} s) "
                 f"on workflow runner {runner.runner_id}"
             )
+            if self.supervisor is not None:  # a dead engine may hang its callers
+                from trinity.launcher.engines.supervisor import engine_death
+
+                try:
+                    dead = await engine_death(self.rollout_engines[runner.engine_index])
+                except Exception:  # the check itself failed: a plain timeout
+                    dead = None
+                if (
+                    dead
+                    and runner.engine_generation == self._engine_generation[runner.engine_index]
+                ):
+                    return "engine_dead", (
+                        f"rollout engine {runner.engine_index} died ({dead}):\n{message}"
+                    )
+            return "timeout", message
         except _crash_errors() as exc:
             return "crash", f"workflow runner {runner.runner_id} died: {exc}"
         except Exception as exc:  # e.g. the task could not be sent (unpicklable arguments)
             return "error", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         if not result.get("ok"):
+            if result.get("engine_dead") and self.supervisor is not None:
+                return "engine_dead", (
+                    f"rollout engine {runner.engine_index} died ({result['engine_dead']}):\n"
+                    + (result.get("error") or "")
+                )
             return "error", result.get("error") or "unknown error"
         return "ok", result
 
@@ -567,6 +661,10 @@ class RunnerPool:
             RuntimeError: no runner is left and none can be started.
         """
         self._counts = {}
+        if self.supervisor is not None:  # engines replaced outside a batch (during a sync)
+            for index, handle in enumerate(self.supervisor.handles):
+                if handle is not self.rollout_engines[index]:
+                    self._engine_down(index, "replaced while no task ran")
         groups = [self._split(t) for t in tasks]
         states = [s for group in groups for s in group]
         queue: deque[_TaskState] = deque(states)
@@ -583,6 +681,7 @@ class RunnerPool:
                 attempt = asyncio.ensure_future(self._attempt(runner, state))
                 running[attempt] = (state, runner)
             waitables = set(running) | set(self._starting.values())
+            waitables |= set(self._restarting.values())
             if not waitables:
                 raise RuntimeError(
                     "no workflow runner is left and none could be started"
@@ -596,6 +695,7 @@ class RunnerPool:
                 runner.in_flight -= 1
                 kind, value = finished.result()
                 self._settle(state, runner, kind, value, queue)
+            self._raise_failed_restart(running)
             self._reap()
         results = [
             _merge_chunks(task, [s.result for s in group])
@@ -637,6 +737,18 @@ class RunnerPool:
             result.experiences = Experience.deserialize_many(value["experiences"])
             result.seconds = float(value.get("seconds", 0.0))
             return
+        if kind == "engine_dead":
+            # not the task's failure: not charged a retry, run again once the engine is back
+            # (on this engine's fresh runners, or any other engine's)
+            result.attempts -= 1
+            self._count("runner/engine_dead_tasks")
+            if runner.engine_generation == self._engine_generation[runner.engine_index]:
+                self._engine_down(runner.engine_index, value.splitlines()[0])
+            else:  # a runner of the engine before its restart: retire it, nothing else
+                self._replace(runner, "its engine was restarted")
+            logger.warning("%s lost its engine; it runs again: %s", describe_task(task), value)
+            queue.appendleft(state)
+            return
         if kind == "timeout":
             self._count("runner/timeouts")
             self._replace(runner, f"{describe_task(task)} exceeded explorer.max_timeout")
@@ -671,6 +783,7 @@ class RunnerPool:
             "runner/errors": 0.0,
             "runner/crashes": 0.0,
             "runner/replaced_runners": 0.0,
+            "runner/engine_dead_tasks": 0.0,
             "time/run_tasks": seconds,
         }
         metrics.update({k: float(v) for k, v in self._counts.items()})

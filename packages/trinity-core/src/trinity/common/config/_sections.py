@@ -724,6 +724,17 @@ class ExplorerConfig(_Section):
             "min_batch_fraction (a step with no experience at all stops the run)."
         ),
     )
+    max_engine_restarts: int = Field(
+        3,
+        ge=0,
+        description=(
+            "Restarts of a dead rollout engine allowed within engine_restart_window seconds; "
+            "one more death stops the run (0: the first death stops it)."
+        ),
+    )
+    engine_restart_window: float = Field(
+        600.0, gt=0, description="Seconds over which max_engine_restarts is counted."
+    )
     env_vars: Annotated[dict[str, str], BeforeValidator(_stringify_values)] = Field(
         default_factory=dict, description="Environment variables for workflow runners."
     )

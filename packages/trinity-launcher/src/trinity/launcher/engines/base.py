@@ -165,6 +165,22 @@ class BaseRolloutEngine:
     async def get_model_version(self) -> int:
         return self.model_version
 
+    async def check_health(self) -> None:
+        """Raise when the backend is dead (vLLM's ``EngineDeadError`` once its engine core
+        process is gone); the explorer's supervisor then replaces this engine."""
+        llm = getattr(self, "llm", None)
+        check = getattr(llm, "check_health", None)
+        if callable(check):
+            await check()
+
+    async def pids(self) -> dict[str, Any]:
+        """``{"pid": this process, "children": [pids of its child processes]}`` (vLLM's
+        engine core is a child): for logs and for fault tests that kill them."""
+        import psutil
+
+        me = psutil.Process()
+        return {"pid": me.pid, "children": [p.pid for p in me.children(recursive=True)]}
+
     async def get_api_address(self) -> Optional[str]:
         return self.api_address
 

@@ -8,6 +8,8 @@ The real engines (vLLM, transformers) are tested against real tiny models.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, Optional, Sequence
 
 from torch import Tensor
@@ -21,7 +23,13 @@ __all__ = ["FakeEngine"]
 
 class FakeEngine(BaseRolloutEngine):
     """Engine type ``fake``: replies are scripted by ``extra_engine_args['responses']`` (a
-    string or a list cycled through), else ``"Fake reply #i to: ..."``."""
+    string or a list cycled through), else ``"Fake reply #i to: ..."``.
+
+    Fault injection for the restart tests: with ``extra_engine_args['exit_after_calls']: k``
+    the process exits (``os._exit``, as a crash would) on its ``k+1``-th chat/generate call;
+    with ``exit_once_file`` too, only while that file does not exist (it is created first), so
+    exactly one engine instance of a run dies.
+    """
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
@@ -36,11 +44,33 @@ class FakeEngine(BaseRolloutEngine):
         self.model_version = 0
         self.api_address: Optional[str] = None
 
+        self._calls = 0
+
+    def _maybe_die(self) -> None:
+        args = self.settings.extra_engine_args or {}
+        limit = args.get("exit_after_calls")
+        if limit is None:
+            return
+        self._calls += 1
+        if self._calls <= int(limit):
+            return
+        once = args.get("exit_once_file")
+        if once:
+            if os.path.exists(once):
+                return
+            open(once, "w").close()
+        print(f"FakeEngine {self.settings.engine_id}: exiting after {limit} calls", flush=True)
+        sys.stderr.write("FakeEngine: simulated crash\n")
+        sys.stderr.flush()
+        os._exit(1)
+
     async def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[Experience]:
+        self._maybe_die()
         self.fake.model_version = self.model_version
         return await self.fake.chat_async(messages, **kwargs)
 
     async def generate(self, prompt: str, **kwargs: Any) -> list[Experience]:
+        self._maybe_die()
         self.fake.model_version = self.model_version
         return await self.fake.generate_async([prompt], **kwargs)
 
