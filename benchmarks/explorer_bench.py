@@ -216,9 +216,12 @@ class BareVLLM:
 
         seeds = step_seeds(step, self.args.tasks)
         start = time.perf_counter()
-        outs = await asyncio.gather(
-            *(one(ids, s) for ids, s in zip(self.prompt_ids, seeds, strict=True))
-        )
+        try:
+            outs = await asyncio.gather(
+                *(one(ids, s) for ids, s in zip(self.prompt_ids, seeds, strict=True))
+            )
+        except Exception as exc:
+            raise BenchFailure(f"a request to bare vLLM failed: {exc!r}") from exc
         seconds = time.perf_counter() - start
         completions = [c for o in outs for c in o.outputs]
         return sum(len(c.token_ids) for c in completions), len(completions), seconds
