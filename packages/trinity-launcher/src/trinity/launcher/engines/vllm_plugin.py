@@ -67,9 +67,12 @@ def register() -> None:
 def _discarded_cpu_generators(runner: Any) -> dict[int, Any]:
     """``{batch row: generator}`` of the rows whose sample this step discards and whose
     generator lives on the CPU (rows are those of ``runner.input_batch``)."""
-    num_reqs = runner.input_batch.num_reqs
-    mask = runner.discard_request_mask.np[:num_reqs]
-    generators = runner.input_batch.generators
+    batch = getattr(runner, "input_batch", None)
+    discard = getattr(runner, "discard_request_mask", None)
+    if batch is None or discard is None:  # a runner without vLLM 0.32's bookkeeping
+        return {}
+    mask = discard.np[: batch.num_reqs]
+    generators = batch.generators
     out = {}
     for row in mask.nonzero()[0].tolist():
         gen = generators.get(row)
@@ -114,6 +117,8 @@ def patch_cpu_seeded_rewind() -> bool:
     @functools.wraps(bookkeeping)
     def _bookkeeping_sync(self: Any, *args: Any, **kwargs: Any) -> Any:
         hidden = _discarded_cpu_generators(self)
+        if not hidden:
+            return bookkeeping(self, *args, **kwargs)
         generators = self.input_batch.generators
         for row in hidden:
             del generators[row]
