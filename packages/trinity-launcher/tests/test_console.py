@@ -139,7 +139,8 @@ def test_session_sends_other_output_to_the_log_file(tmp_path, capfd):
     assert "our line" in captured.out
     assert "step 0 was slow" in console and "step 1 was slow" not in console
     assert console.count("UserWarning: a python warning") == 1
-    for other in ("C-level engine", "a library's print", "a library warning", "an info line"):
+    assert "an info line" in console  # Trinity's INFO records: on the console by default
+    for other in ("C-level engine", "a library's print", "a library warning"):
         assert other not in console
     text = (tmp_path / "log" / "run.log").read_text()
     for line in ("C-level engine line", "C-level engine error", "a library's print"):
@@ -150,10 +151,13 @@ def test_session_sends_other_output_to_the_log_file(tmp_path, capfd):
     # everything is back as it was
     print("after the run")
     assert "after the run" in capfd.readouterr().out
-    assert not any(
-        isinstance(h, logging.StreamHandler) and h.stream is session._log
-        for h in logging.getLogger("trinity").handlers
-    )
+    assert session not in [
+        getattr(h, "session", None) for h in logging.getLogger("trinity").handlers
+    ]
+    with ConsoleSession(str(tmp_path / "log"), level="WARNING"):  # --log-level WARNING
+        log.info("a quiet info line")
+    assert "a quiet info line" not in capfd.readouterr().err
+    assert "a quiet info line" in (tmp_path / "log" / "run.log").read_text()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser, positional: bool) -> Non
         default=None,
         metavar="LEVEL",
         help="lowest level of Trinity's log records on the console: DEBUG, INFO, WARNING or "
-        "ERROR (default WARNING; INFO with --verbose); the log file gets at least log.level",
+        "ERROR (default INFO); the log file gets at least log.level",
     )
     parser.add_argument(
         "-v",

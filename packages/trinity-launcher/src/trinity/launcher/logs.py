@@ -15,8 +15,9 @@ A run started from the command line is wrapped in a :class:`ConsoleSession`:
 * ``--verbose`` -- nothing is redirected: engine and worker output is on the console as it
   would be without Trinity; Trinity's records still go to ``run.log`` as well.
 * ``--log-level LEVEL`` -- the lowest level of Trinity's records on the console (default
-  ``WARNING``, ``INFO`` with ``--verbose``); the log file gets ``log.level`` of the config or
-  this level, whichever is lower.
+  ``INFO``: the driver's few lines of its own, such as a resumed run's starting point; vLLM's
+  INFO lines are not Trinity's and stay in the file); the log file gets ``log.level`` of the
+  config or this level, whichever is lower.
 
 Ray workers get :func:`worker_runtime_env` through ``ray.init`` (every actor inherits it): the
 run's environment (plugin directories, ``TRINITY_LOG_LEVEL``, ``TRINITY_LOG_DIR``), vLLM's log
@@ -141,8 +142,7 @@ class ConsoleSession:
     Args:
         log_dir: where ``run.log`` is written (created).
         verbose: leave engine and worker output on the console.
-        level: the lowest level of Trinity's records on the console (``WARNING``; ``INFO``
-            when ``verbose``).
+        level: the lowest level of Trinity's records on the console (``INFO``).
         file_level: the config's ``log.level``; the file gets this or ``level``, the lower.
     """
 
@@ -157,7 +157,7 @@ class ConsoleSession:
         self.log_dir = os.path.abspath(log_dir)
         self.log_path = os.path.join(self.log_dir, LOG_FILE_NAME)
         self.verbose = verbose
-        self.level = (level or ("INFO" if verbose else "WARNING")).upper()
+        self.level = (level or "INFO").upper()
         for name, value in (("--log-level", self.level), ("log.level", file_level.upper())):
             if value not in LEVELS:
                 raise ValueError(f"{name}: {value!r} is not a level; allowed: {', '.join(LEVELS)}")
