@@ -280,3 +280,20 @@ def test_warnings_print_above_a_live_bar(tmp_path, capfd):
     assert "a warning during the bar" in screen.getvalue()  # on the bar's console
     assert "reward 0.500" in screen.getvalue()
     assert "a warning during the bar" not in capfd.readouterr().err
+
+
+def test_workers_get_the_run_environment_and_the_setup_hook(tmp_path, monkeypatch, capfd):
+    from trinity.common.config import Config
+    from trinity.launcher.logs import worker_runtime_env
+
+    monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
+    config = Config()
+    config.log.save_dir = str(tmp_path / "log")
+    env = worker_runtime_env(config)
+    assert env["worker_process_setup_hook"] == "trinity.utils.log.setup_worker_process"
+    assert env["env_vars"]["TRINITY_LOG_DIR"] == str(tmp_path / "log")
+    assert env["env_vars"]["TRINITY_LOG_LEVEL"] == env["env_vars"]["VLLM_LOGGING_LEVEL"] == "INFO"
+    assert "TRINITY_PLUGIN_DIRS" not in env["env_vars"]  # empty: a worker keeps what it inherits
+    with ConsoleSession(config.log.save_dir, level="DEBUG"):  # --log-level DEBUG
+        debug = worker_runtime_env(config)["env_vars"]
+    assert debug["TRINITY_LOG_LEVEL"] == debug["VLLM_LOGGING_LEVEL"] == "DEBUG"

@@ -71,8 +71,8 @@ def _add_run_arguments(parser: argparse.ArgumentParser, positional: bool) -> Non
         "-v",
         "--verbose",
         action="store_true",
-        help="show engine and worker output (vLLM, Ray workers, verl) on the console "
-        "instead of only in <checkpoint_job_dir>/log/run.log",
+        help="show engine and worker output (vLLM, Ray workers, verl) on the console, as "
+        "without Trinity, instead of writing it to <checkpoint_job_dir>/log/run.log",
     )
     parser.add_argument(
         "--progress-interval",
