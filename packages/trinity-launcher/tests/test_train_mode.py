@@ -87,7 +87,8 @@ def train_config(tmp_path: Path, model_path: str, data: str, **over) -> Path:
 
 
 def launch(config: Path, **kwargs) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # a progress line for every train step (the tests wait for given steps)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TRINITY_PROGRESS_INTERVAL="1")
     return subprocess.Popen(
         [sys.executable, "-m", "trinity.launcher.cli", "run", "--config", str(config)],
         stdout=subprocess.PIPE,

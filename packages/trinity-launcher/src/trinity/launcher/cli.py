@@ -9,6 +9,12 @@ order); for ``serve`` a valid config is reported and nothing is run -- the comma
 plainly instead of pretending. ``trinity studio``, ``trinity plot`` and ``trinity convert`` are
 the other commands.
 
+Output: the console shows Trinity's own progress (a live bar on a terminal, summary lines
+otherwise), its warnings (each distinct one once) and errors; engine and worker output (vLLM,
+Ray workers, verl, transformers) goes to ``<checkpoint_job_dir>/log/run.log``. ``--verbose``
+leaves that output on the console; ``--log-level`` sets the lowest level of Trinity's records
+shown there (see :mod:`trinity.launcher.logs`).
+
 Exit status: 0 on success; 2 for bad input (a bad config, a missing plugin directory or task-set
 file, ...), with one message naming each bad field and never a traceback; 1 when a started run
 fails (with the traceback, which is what one needs to debug it); 130 when interrupted.
@@ -17,10 +23,12 @@ fails (with the traceback, which is what one needs to debug it); 130 when interr
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from trinity.common.config import Config, ConfigError
 from trinity.launcher.validation import check_component_names, validate_config  # noqa: F401
@@ -50,6 +58,47 @@ def _add_run_arguments(parser: argparse.ArgumentParser, positional: bool) -> Non
         action="store_true",
         help="validate the config (every check a run makes before starting) and stop",
     )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        default=None,
+        metavar="LEVEL",
+        help="lowest level of Trinity's log records on the console: DEBUG, INFO, WARNING or "
+        "ERROR (default INFO); the log file gets at least log.level",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show engine and worker output (vLLM, Ray workers, verl) on the console, as "
+        "without Trinity, instead of writing it to <checkpoint_job_dir>/log/run.log",
+    )
+    parser.add_argument(
+        "--progress-interval",
+        type=int,
+        default=None,
+        metavar="N",
+        help="when the output is not a terminal: a progress line every N steps or 10 s, "
+        "whichever comes first (default 10; also TRINITY_PROGRESS_INTERVAL)",
+    )
+
+
+@dataclass
+class ConsoleOptions:
+    """How a run uses the console (``--verbose``, ``--log-level``, ``--progress-interval``)."""
+
+    verbose: bool = False
+    log_level: Optional[str] = None
+    progress_interval: Optional[int] = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ConsoleOptions:
+        return cls(
+            verbose=bool(getattr(args, "verbose", False)),
+            log_level=getattr(args, "log_level", None),
+            progress_interval=getattr(args, "progress_interval", None),
+        )
 
 
 def _summary(config: Config) -> str:
@@ -75,8 +124,30 @@ def prepare_config(config_path: str, plugin_dirs: Sequence[str] = ()) -> tuple[C
     return validate_config(config_path, plugin_dirs)
 
 
-def _validate_and_run(config_path: str, plugin_dirs: Sequence[str], dry_run: bool = False) -> int:
+def _validate_and_run(
+    config_path: str,
+    plugin_dirs: Sequence[str],
+    dry_run: bool = False,
+    console: Optional[ConsoleOptions] = None,
+) -> int:
     """Validate, then run the modes this release can run."""
+    console = console or ConsoleOptions()
+    if console.progress_interval is not None:
+        if console.progress_interval < 1:
+            print(
+                f"error: --progress-interval {console.progress_interval} is invalid; "
+                "allowed: an integer >= 1",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
+        os.environ["TRINITY_PROGRESS_INTERVAL"] = str(console.progress_interval)
+    try:
+        from trinity.launcher.progress import progress_interval
+
+        progress_interval()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         config, warnings = prepare_config(config_path, plugin_dirs)
     except (ConfigError, PluginLoadError) as exc:
@@ -92,7 +163,7 @@ def _validate_and_run(config_path: str, plugin_dirs: Sequence[str], dry_run: boo
     from trinity.launcher.modes import RUNNABLE_MODES
 
     if config.stages:
-        return _run_stages(config, config_path, dry_run)
+        return _run_stages(config, config_path, dry_run, console)
     if dry_run:
         print("Dry run: the config is valid; nothing was run.")
         return EXIT_OK
@@ -103,10 +174,12 @@ def _validate_and_run(config_path: str, plugin_dirs: Sequence[str], dry_run: boo
             "so nothing was run."
         )
         return EXIT_OK
-    return _run_mode(config, config_path)
+    return _run_mode(config, config_path, console=console)
 
 
-def _run_stages(config: Config, config_path: str, dry_run: bool) -> int:
+def _run_stages(
+    config: Config, config_path: str, dry_run: bool, console: Optional[ConsoleOptions] = None
+) -> int:
     """Check every stage (as its run would), then run them in order unless ``dry_run``."""
     from trinity.launcher.modes import RUNNABLE_MODES
     from trinity.launcher.stages import run_stages, stage_configs
@@ -134,7 +207,7 @@ def _run_stages(config: Config, config_path: str, dry_run: bool) -> int:
     if dry_run:
         print("Dry run: the config and its stages are valid; nothing was run.")
         return EXIT_OK
-    return _run_mode(config, config_path, run=lambda: run_stages(config, _execute))
+    return _run_mode(config, config_path, run=lambda: run_stages(config, _execute), console=console)
 
 
 def _execute(config: Config) -> None:
@@ -150,12 +223,49 @@ def _execute(config: Config) -> None:
     elif config.mode == "train":
         from trinity.launcher.trainer.run import run_train
 
-        run_train(config, progress=_StepPrinter())
+        printer = _StepPrinter()
+        try:
+            run_train(config, progress=printer)
+        finally:
+            printer.close()
     else:
         run_bench(config)
 
 
-def _run_mode(config: Config, config_path: str, run: Callable[[], Any] | None = None) -> int:
+def _run_mode(
+    config: Config,
+    config_path: str,
+    run: Callable[[], Any] | None = None,
+    console: Optional[ConsoleOptions] = None,
+) -> int:
+    """Run inside a :class:`~trinity.launcher.logs.ConsoleSession`: engine and worker output
+    to the run's log file (unless ``--verbose``), Trinity's own output on the console."""
+    from trinity.launcher.logs import ConsoleSession, run_log_dir
+
+    console = console or ConsoleOptions()
+    session = ConsoleSession(
+        run_log_dir(config),
+        verbose=console.verbose,
+        level=console.log_level,
+        file_level=str(config.log.level),
+    )
+    if session.redirected:
+        print(
+            f"Running mode {config.mode}; engine and worker logs go to {session.log_path} "
+            "(--verbose shows them here).",
+            flush=True,
+        )
+    with session:
+        code = _run_in_session(config, config_path, run)
+        if code == EXIT_RUN_FAILED and session.redirected:
+            print(f"error: see {session.log_path} for the engine and worker logs", file=sys.stderr)
+    for line in session.report():
+        print(line, file=sys.stderr if code else sys.stdout)
+    return code
+
+
+def _run_in_session(config: Config, config_path: str, run: Callable[[], Any] | None) -> int:
+    from trinity.launcher.logs import console_err, console_out
     from trinity.launcher.modes import LaunchInputError
 
     try:
@@ -164,15 +274,22 @@ def _run_mode(config: Config, config_path: str, run: Callable[[], Any] | None = 
         else:
             run()
     except (LaunchInputError, FileNotFoundError) as exc:
-        print(f"error: {config_path}: {exc}", file=sys.stderr)
+        print(f"error: {config_path}: {exc}", file=console_err(), flush=True)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted", file=console_err(), flush=True)
         return EXIT_INTERRUPTED
     except Exception as exc:
-        traceback.print_exc()
-        print(f"error: the {config.mode} run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        traceback.print_exc()  # into the log file beside the engines' output (or the console)
+        if console_err() is not sys.stderr:
+            traceback.print_exc(file=console_err())
+        print(
+            f"error: the {config.mode} run failed: {type(exc).__name__}: {exc}",
+            file=console_err(),
+            flush=True,
+        )
         return EXIT_RUN_FAILED
+    out = console_out()
     where = (
         f" (metrics in {config.checkpoint_job_dir}/metrics.jsonl)"
         if config.checkpoint_job_dir
@@ -180,20 +297,45 @@ def _run_mode(config: Config, config_path: str, run: Callable[[], Any] | None = 
     )
     if config.stages:
         print(
-            f"All {len(config.stages)} stages finished (each in {config.checkpoint_job_dir}/<stage>)."
+            f"All {len(config.stages)} stages finished (each in {config.checkpoint_job_dir}/<stage>).",
+            file=out,
+            flush=True,
         )
         return EXIT_OK
-    print(f"Mode {config.mode} finished{where}.")
+    print(f"Mode {config.mode} finished{where}.", file=out, flush=True)
     return EXIT_OK
 
 
 class _StepPrinter:
-    """One line per train step: the numbers one watches."""
+    """Train steps on the console: the numbers one watches, at the progress display's
+    :class:`~trinity.launcher.progress.SummaryCadence` (the first step, then every N steps or
+    10 s, and the last one)."""
+
+    def __init__(self) -> None:
+        from trinity.launcher.progress import SummaryCadence
+
+        self.cadence = SummaryCadence()
+        self._pending: Optional[str] = None
 
     def step(self, step: int, metrics: dict) -> None:
+        from trinity.launcher.logs import console_out
+
         keys = ("actor/loss", "actor/grad_norm", "actor/lr", "batch/reward/mean", "time/step")
         parts = [f"{k.split('/', 1)[1]}={metrics[k]:.4g}" for k in keys if k in metrics]
-        print(f"train step {step}: " + " ".join(parts), flush=True)
+        line = f"train step {step}: " + " ".join(parts)
+        if self.cadence.due(step):
+            self._pending = None
+            print(line, file=console_out(), flush=True)
+        else:
+            self._pending = line
+
+    def close(self) -> None:
+        """The last step's line, if it had none."""
+        from trinity.launcher.logs import console_out
+
+        if self._pending is not None:
+            print(self._pending, file=console_out(), flush=True)
+            self._pending = None
 
 
 def launch_main(argv: Sequence[str] | None = None) -> int:
@@ -203,7 +345,9 @@ def launch_main(argv: Sequence[str] | None = None) -> int:
     )
     _add_run_arguments(parser, positional=True)
     args = parser.parse_args(argv)
-    return _validate_and_run(args.config, args.plugin_dir, args.dry_run)
+    return _validate_and_run(
+        args.config, args.plugin_dir, args.dry_run, ConsoleOptions.from_args(args)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -271,7 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Wrote {out}")
         return EXIT_OK
     if args.command == "run":
-        return _validate_and_run(args.config, args.plugin_dir, args.dry_run)
+        return _validate_and_run(
+            args.config, args.plugin_dir, args.dry_run, ConsoleOptions.from_args(args)
+        )
     if args.command == "studio":
         from trinity.manager.studio import run_studio
 

@@ -20,6 +20,7 @@ from typing import Any, Optional, TypeVar
 
 from trinity.common.config import Config
 from trinity.launcher.explorer import Explorer
+from trinity.launcher.logs import worker_runtime_env
 from trinity.launcher.progress import ProgressReporter
 from trinity.utils.log import get_logger
 
@@ -74,12 +75,13 @@ def ray_init_kwargs(config: Config) -> dict[str, Any]:
     ``cluster.ray_address`` other than ``auto`` joins that cluster; ``auto`` joins the cluster
     in ``RAY_ADDRESS`` when set, else starts a local Ray with this machine's CPUs (its session
     directory in ``TRINITY_RAY_TMPDIR`` when set). Every Ray process gets the run's environment
-    (plugin directories, log settings).
+    and log set-up (:func:`trinity.launcher.logs.worker_runtime_env`); worker output is sent to
+    the driver, which writes it to the run's log file (the console with ``--verbose``).
     """
-    envs = {k: v for k, v in config.get_envs().items() if v}
     kwargs: dict[str, Any] = {
         "namespace": config.ray_namespace or None,
-        "runtime_env": {"env_vars": envs},
+        "runtime_env": worker_runtime_env(config),
+        "log_to_driver": True,
     }
     address = (config.cluster.ray_address or "auto").strip()
     if address != "auto":

@@ -1,8 +1,11 @@
 """Where a run reports what it is doing: a progress display for people, metrics for tools.
 
-* :class:`ProgressReporter` shows steps, tasks/s and tokens/s: a ``rich`` progress bar on a
-  terminal, one plain line per step otherwise (CI logs and ``nohup`` files stay readable and
-  greppable instead of filling with carriage returns).
+* :class:`ProgressReporter` shows steps, tasks/s, tokens/s, reward and the time left: a live
+  ``rich`` progress bar on a terminal, plain summary lines otherwise (CI logs and ``nohup``
+  files stay readable and greppable instead of filling with carriage returns). The summary-line
+  rule (:class:`SummaryCadence`): a line for the first step, then one as soon as
+  ``TRINITY_PROGRESS_INTERVAL`` steps (default 10; ``--progress-interval``) *or* 10 seconds
+  have passed since the last line, whichever comes first, and one for the last step.
 * :class:`JsonlMonitor` appends each step's metrics as one JSON object per line to
   ``<checkpoint_job_dir>/metrics.jsonl``. Anything with ``log(metrics, step)`` and ``close()``
   is a monitor (:class:`Monitor`), so tensorboard / wandb backends can sit beside it later.
@@ -14,12 +17,91 @@ import json
 import math
 import numbers
 import os
-import sys
-from typing import IO, Any, Optional
+import time
+from typing import IO, Any, Callable, Optional
 
+from trinity.launcher import logs
 from trinity.utils.monitor import Monitor  # the contract lives in core
 
-__all__ = ["JsonlMonitor", "Monitor", "ProgressReporter", "format_step_line"]
+__all__ = [
+    "PROGRESS_INTERVAL_ENV",
+    "JsonlMonitor",
+    "Monitor",
+    "ProgressReporter",
+    "SummaryCadence",
+    "format_step_line",
+    "progress_interval",
+]
+
+#: steps between two summary lines when the output is not a terminal
+PROGRESS_INTERVAL_ENV = "TRINITY_PROGRESS_INTERVAL"
+DEFAULT_INTERVAL_STEPS = 10
+DEFAULT_INTERVAL_SECONDS = 10.0
+
+
+def progress_interval() -> int:
+    """Steps between summary lines: ``TRINITY_PROGRESS_INTERVAL`` (default 10).
+
+    Raises:
+        ValueError: the variable is not an integer >= 1.
+    """
+    raw = os.environ.get(PROGRESS_INTERVAL_ENV, "").strip()
+    if not raw:
+        return DEFAULT_INTERVAL_STEPS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{PROGRESS_INTERVAL_ENV}={raw!r} is invalid; allowed: an integer >= 1")
+    return value
+
+
+class SummaryCadence:
+    """When a non-terminal progress display writes a line.
+
+    A line for the first step reported, then as soon as ``every_steps`` steps or
+    ``every_seconds`` seconds have passed since the last line (whichever comes first), and for
+    the last step (``step == total``). A run of 150 one-second steps prints 16 lines instead
+    of 150; a run of slow steps still shows a sign of life every step.
+
+    Args:
+        every_steps: steps between lines (default :func:`progress_interval`).
+        every_seconds: seconds after which the next step gets a line anyway.
+        clock: the time source (seconds; ``time.monotonic``).
+    """
+
+    def __init__(
+        self,
+        every_steps: Optional[int] = None,
+        every_seconds: float = DEFAULT_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.every_steps = progress_interval() if every_steps is None else int(every_steps)
+        if self.every_steps < 1:
+            raise ValueError(f"every_steps={every_steps} is invalid; allowed: an integer >= 1")
+        self.every_seconds = float(every_seconds)
+        self.clock = clock
+        self._last_step: Optional[int] = None
+        self._last_time = 0.0
+
+    def due(self, step: int, total: Optional[int] = None) -> bool:
+        """Whether ``step`` gets a line (and, if so, count it as the last line)."""
+        now = self.clock()
+        if (
+            self._last_step is None
+            or (total is not None and step >= total)
+            or step - self._last_step >= self.every_steps
+            or now - self._last_time >= self.every_seconds
+        ):
+            self._last_step = step
+            self._last_time = now
+            return True
+        return False
+
+    def printed(self, step: int) -> bool:
+        """Whether the last line was for ``step``."""
+        return self._last_step == step
 
 
 def _json_value(value: Any) -> Any:
@@ -93,10 +175,12 @@ class ProgressReporter:
 
     Args:
         total_steps: the number of steps when known (the bar shows a fraction).
-        stream: where to write (default ``sys.stdout``); a terminal gets a live ``rich``
-            bar, anything else one plain line per step.
+        stream: where to write (default: the console, :func:`trinity.launcher.logs.console_out`,
+            which is ``sys.stdout`` unless a run redirects it); a terminal gets a live ``rich``
+            bar, anything else summary lines at the :class:`SummaryCadence`.
         use_bar: force the choice (default: ``stream.isatty()``).
         description: label of the bar.
+        cadence: when summary lines are written (default :class:`SummaryCadence`).
     """
 
     def __init__(
@@ -105,8 +189,11 @@ class ProgressReporter:
         stream: Optional[IO[str]] = None,
         use_bar: Optional[bool] = None,
         description: str = "explore",
+        cadence: Optional[SummaryCadence] = None,
     ) -> None:
-        self.stream = stream if stream is not None else sys.stdout
+        self.stream = stream if stream is not None else logs.console_out()
+        self.cadence = cadence if cadence is not None else SummaryCadence()
+        self._pending: Optional[tuple[int, dict[str, Any]]] = None
         if use_bar is None:
             isatty = getattr(self.stream, "isatty", None)
             use_bar = bool(callable(isatty) and isatty())
@@ -140,8 +227,14 @@ class ProgressReporter:
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=Console(file=self.stream),
+            # while a run sends other output to its log file, prints of libraries must stay there
+            redirect_stdout=not self._redirected(),
+            redirect_stderr=not self._redirected(),
         )
         self._progress.start()
+        session = logs.active_session()
+        if session is not None:  # Trinity's warnings print above the bar
+            session.live_console = self._progress.console
         self._bar = self._progress.add_task(
             self.description,
             total=self.total_steps,
@@ -154,8 +247,12 @@ class ProgressReporter:
     def step(self, step: int, metrics: dict[str, Any]) -> None:
         """Report a finished explore step."""
         if not self.use_bar:
-            self.stream.write(format_step_line(step, self.total_steps, metrics) + "\n")
-            self.stream.flush()
+            if self.cadence.due(step, self.total_steps):
+                self._pending = None
+                self.stream.write(format_step_line(step, self.total_steps, metrics) + "\n")
+                self.stream.flush()
+            else:
+                self._pending = (step, metrics)
             return
         self.start()
         seconds = float(metrics.get("time/explore_step", 0.0))
@@ -178,7 +275,21 @@ class ProgressReporter:
             self.stream.write(text + "\n")
             self.stream.flush()
 
+    @staticmethod
+    def _redirected() -> bool:
+        session = logs.active_session()
+        return session is not None and session.redirected
+
     def close(self) -> None:
+        """Stop the bar; without one, write the line of the last step if it had none."""
+        if self._pending is not None:
+            step, metrics = self._pending
+            self._pending = None
+            self.stream.write(format_step_line(step, self.total_steps, metrics) + "\n")
+            self.stream.flush()
         if self._progress is not None:
+            session = logs.active_session()
+            if session is not None and session.live_console is self._progress.console:
+                session.live_console = None
             self._progress.stop()
             self._progress = None

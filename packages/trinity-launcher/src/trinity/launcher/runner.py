@@ -426,8 +426,10 @@ class RunnerPool:
         **kwargs: Any,
     ) -> RunnerPool:
         """The pool of ``config.explorer``'s settings over the given engines."""
+        from trinity.launcher.logs import worker_env_vars
+
         explorer = config.explorer
-        env = {k: v for k, v in config.get_envs().items() if v}
+        env = worker_env_vars(config)  # the run's variables at the run's (or --log-level) level
         env.update(explorer.env_vars or {})
         kwargs.setdefault("env_vars", env)
         return cls(
