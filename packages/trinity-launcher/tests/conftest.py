@@ -3,9 +3,14 @@ engine actor."""
 
 from __future__ import annotations
 
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
+
+# the tests import small helper modules of this directory (cli_process)
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="module")

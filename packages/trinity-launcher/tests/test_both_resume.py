@@ -16,13 +16,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_process import spawn_cli
 
 pytest.importorskip("verl")
 pytest.importorskip("ray")
@@ -69,18 +68,7 @@ def job_dir(tmp_path: Path, name: str) -> Path:
 
 
 def launch(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    ray_tmp = tempfile.mkdtemp(prefix="tr-ray-")  # Ray's socket paths must stay short
-    env = dict(os.environ, TRINITY_RAY_TMPDIR=ray_tmp, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
-    with open(log, "w") as out:  # a file, not a pipe: nobody reads while we wait
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "trinity.launcher.cli", "run", "--config", str(config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # its own process group: Ray's processes die with it
-        )
-    return proc, ray_tmp
+    return spawn_cli(config, log)
 
 
 def run_to_end(config: Path, log: Path) -> str:

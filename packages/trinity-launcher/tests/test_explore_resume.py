@@ -13,13 +13,12 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_process import spawn_cli
 
 pytest.importorskip("ray")
 
@@ -75,18 +74,7 @@ def explore_config(tmp_path, model_path, arithmetic_tasks):
 
 
 def launch(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    ray_tmp = tempfile.mkdtemp(prefix="tr-ray-")
-    env = dict(os.environ, TRINITY_RAY_TMPDIR=ray_tmp, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
-    with open(log, "a") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "trinity.launcher.cli", "run", "--config", str(config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # its own process group: Ray's processes die with it
-        )
-    return proc, ray_tmp
+    return spawn_cli(config, log)
 
 
 def run_to_end(config: Path, log: Path) -> str:

@@ -56,7 +56,7 @@ from typing import Any, Optional
 
 from trinity.common.config import Config
 from trinity.common.experience import Experience
-from trinity.launcher.resume import atomic_write, truncate_metrics
+from trinity.launcher.resume import atomic_write, changed_settings, truncate_metrics
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -707,13 +707,7 @@ def _read_resume_state(config: Config, step: int) -> tuple[dict[str, Any], list[
 def _check_fingerprint(config: Config, explorer: Any, step: int, state: dict[str, Any]) -> None:
     from trinity.launcher.modes import LaunchInputError
 
-    before = state.get("fingerprint") or {}
-    now = json.loads(json.dumps(run_fingerprint(config, explorer)))
-    changed = [
-        f"{key}: {before.get(key)!r} then, {value!r} now"
-        for key, value in now.items()
-        if before.get(key) != value
-    ]
+    changed = changed_settings(state.get("fingerprint") or {}, run_fingerprint(config, explorer))
     if changed:
         raise LaunchInputError(
             f"{config.checkpoint_job_dir} holds a checkpoint (global_step_{step}) of a run "

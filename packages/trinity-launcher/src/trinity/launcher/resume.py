@@ -37,6 +37,7 @@ __all__ = [
     "EXPLORE_STATE_FILE",
     "ExploreProgress",
     "atomic_write",
+    "changed_settings",
     "explore_fingerprint",
     "truncate_metrics",
 ]
@@ -80,6 +81,17 @@ def truncate_metrics(path: str, last_step: int) -> int:
     if dropped:
         atomic_write(path, "".join(f"{line}\n" for line in kept).encode("utf-8"))
     return dropped
+
+
+def changed_settings(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """``"key: <then> then, <now> now"`` for every setting of ``now`` that differs from the
+    fingerprint a run recorded (``now`` goes through JSON first, as the record did)."""
+    now = json.loads(json.dumps(now))
+    return [
+        f"{key}: {before.get(key)!r} then, {value!r} now"
+        for key, value in now.items()
+        if before.get(key) != value
+    ]
 
 
 def explore_fingerprint(config: Config) -> dict[str, Any]:
@@ -137,13 +149,7 @@ class ExploreProgress:
                 f"{_STATE_VERSION}: choose another name, or set continue_from_checkpoint: false "
                 "to start a new run"
             )
-        before = state.get("fingerprint") or {}
-        now = json.loads(json.dumps(explore_fingerprint(self.config)))
-        changed = [
-            f"{key}: {before.get(key)!r} then, {value!r} now"
-            for key, value in now.items()
-            if before.get(key) != value
-        ]
+        changed = changed_settings(state.get("fingerprint") or {}, explore_fingerprint(self.config))
         if changed:
             raise ValueError(
                 f"{self.config.checkpoint_job_dir} holds a mode 'explore' run with other "
