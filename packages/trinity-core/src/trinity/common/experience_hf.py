@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trinity.common.experience import Experience
+from trinity.common.experience.core import Experience
 
 __all__ = ["from_hf_datasets", "to_hf_datasets"]
 
