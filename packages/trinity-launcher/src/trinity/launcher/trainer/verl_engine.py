@@ -172,6 +172,8 @@ class VerlTrainEngine(VerlWeightsMixin):
             model_type=self.MODEL_TYPE,
         )
         compile_ = self.device != "cpu" if s.use_torch_compile is None else s.use_torch_compile
+        # Field-by-field mapping of our settings onto verl's engine and optimizer configs (the two
+        # keyword lists look alike but name different verl fields; nothing to fold).
         engine_kwargs: dict[str, Any] = dict(
             strategy="fsdp2",
             model_dtype="fp32",
