@@ -1,5 +1,5 @@
-"""The layer contracts of `.importlinter` hold: core imports no sibling package; algorithm,
-buffer and workflows import only core. Runs the real `lint-imports` of this environment, so a
+"""The contracts of `.importlinter` hold: core imports no sibling package; algorithm, buffer and
+workflows import only core; no dependency cycle between the siblings of any package. Runs the real `lint-imports` of this environment, so a
 new breach fails CI with import-linter's own report (which import, from where)."""
 
 from __future__ import annotations

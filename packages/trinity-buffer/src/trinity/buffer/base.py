@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from trinity.buffer.storage.errors import StorageConfigError
+from trinity.buffer.errors import StorageConfigError
 from trinity.common.experience import Experience
 
 __all__ = ["BufferReader", "OfflineReader", "EndOfStream", "BufferWriter", "STORAGE_TYPES"]

@@ -32,7 +32,8 @@ Layout of this package (every public name is importable from ``trinity.common.ex
 * :mod:`~trinity.common.experience.serialization` — JSON/safetensors helpers of the wire format;
 * :mod:`~trinity.common.experience.batch` — grouping and the one padding code
   (:class:`Experiences`, :func:`collate_experiences`);
-* :mod:`trinity.common.experience_hf` — HF ``datasets`` conversion, resolved on demand.
+* :mod:`~trinity.common.experience.hf` — HF ``datasets`` conversion, resolved on demand
+  (also importable as ``trinity.common.experience_hf``).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # Resolved on demand: the helpers import ``datasets`` (not a core dependency) when run.
     if name in ("to_hf_datasets", "from_hf_datasets"):
-        from trinity.common import experience_hf
+        from trinity.common.experience import hf
 
-        return getattr(experience_hf, name)
+        return getattr(hf, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
