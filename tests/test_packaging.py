@@ -21,7 +21,8 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACES = {
-    "trinity_core": ("trinity/common/", "trinity/utils/"),
+    # trinity.testing is the contract test kit that trinity-core ships (docs/testing-plugins.md)
+    "trinity_core": ("trinity/common/", "trinity/utils/", "trinity/testing/"),
     "trinity_algorithms": ("trinity/algorithm/",),
     "trinity_buffer": ("trinity/buffer/",),
     "trinity_workflows": ("trinity/workflows/",),

@@ -12,82 +12,15 @@ stream: when every acquired writer has released, readers drain what is left and 
 
 from __future__ import annotations
 
-import asyncio
-from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Optional, Union
 
+# The base and the storage types live in ``trinity.buffer.base`` (below the storages);
+# re-exported here so that ``from trinity.buffer.buffer_writer import BufferWriter`` works.
+from trinity.buffer.base import STORAGE_TYPES, BufferWriter
 from trinity.common.config import StorageConfig
-from trinity.common.experience import Experience
 
 __all__ = ["BufferWriter", "get_buffer_writer", "resolve_storage_config", "STORAGE_TYPES"]
-
-#: The ``storage_type`` values the factories understand.
-STORAGE_TYPES: tuple[str, ...] = ("queue", "priority_queue", "sql", "file")
-
-
-class BufferWriter(ABC):
-    """Writes batches of experiences into one storage.
-
-    A write is all-or-nothing where the storage allows it (one SQL transaction, one locked
-    append of complete lines, one renamed parquet part): a crash never leaves half a batch for
-    a reader to trip over.
-    """
-
-    @abstractmethod
-    def write(self, exps: Sequence[Experience]) -> None:
-        """Write ``exps``; blocks while a bounded queue is at capacity."""
-
-    async def write_async(self, exps: Sequence[Experience]) -> None:
-        """Asynchronous :meth:`write`; by default the blocking write runs in a worker thread
-        so that an event loop (an explorer runner) keeps serving other coroutines."""
-        await asyncio.get_running_loop().run_in_executor(None, self.write, list(exps))
-
-    def end_step(self) -> None:
-        """Mark the end of one explore step's experiences (see
-        :meth:`trinity.buffer.storage.queue.ExperienceQueue.end_step`). Storages that are not
-        read while they are written (files, SQL tables read by a later run) ignore it."""
-        return None
-
-    async def end_step_async(self) -> None:
-        """Asynchronous :meth:`end_step`."""
-        self.end_step()
-
-    def flush(self) -> None:
-        """Let the reader take whatever was written so far, even less than a batch: the
-        writer is about to wait for the reader. A no-op where reads never wait for a batch."""
-        return None
-
-    async def flush_async(self) -> None:
-        """Asynchronous :meth:`flush`."""
-        self.flush()
-
-    def position(self) -> Any:
-        """Where the storage ends now (JSON-able), for :meth:`truncate`; ``None`` where a
-        storage cannot be cut back (a live queue: its reader has taken what it holds)."""
-        return None
-
-    def truncate(self, position: Any) -> int:
-        """Remove what was written after :meth:`position` returned ``position``; returns how
-        many experiences went. A resumed explorer calls this so that the rows of a step it
-        was killed in (written, but not recorded as done) are not there twice."""
-        raise NotImplementedError(f"{type(self).__name__} cannot be cut back to a position")
-
-    def acquire(self) -> int:
-        """Register this writer as a live producer; returns the storage's writer count."""
-        return 1
-
-    def release(self) -> int:
-        """Unregister this writer; returns how many writers remain. When none remain a queue
-        ends its stream. Subclasses also close files or connections here."""
-        return 0
-
-    def __enter__(self) -> BufferWriter:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
 
 
 def resolve_storage_config(storage_config: Union[StorageConfig, Mapping[str, Any], Any]) -> Any:

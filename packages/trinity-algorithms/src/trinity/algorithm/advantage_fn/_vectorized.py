@@ -111,6 +111,50 @@ def write_outcome_advantages(exps: Sequence[Experience], scalars: Tensor) -> Non
         exp.returns = r
 
 
+def reference_group_scores(
+    rewards: Tensor,
+    mean: Tensor,
+    std: Tensor,
+    *,
+    zero_singletons: bool,
+    std_cal_level: str,
+    epsilon: float,
+    precomputed_std: Optional[Tensor] = None,
+) -> Tensor:
+    """GRPO scores of one group, written plainly (the per-group reference path of ``grpo`` and
+    ``step_wise_grpo``; their vectorized paths compute the same numbers).
+
+    ``rewards`` ``[n]`` (``REWARD_DTYPE``), with their ``mean`` / ``std`` (std 0 for ``n == 1``).
+    A one-member group scores ``reward / (1 + epsilon)`` (Trinity-RFT's and verl's value) or 0
+    with ``zero_singletons``; a constant group scores exactly 0. ``std_cal_level``: ``"group"``
+    divides by ``std + epsilon``, ``"batch"`` by ``precomputed_std + epsilon`` (when given),
+    ``"none"`` not at all. Returns ``[n]`` scores.
+    """
+    n = rewards.numel()
+    if n == 1 and zero_singletons:
+        return torch.zeros(1, dtype=REWARD_DTYPE)
+    if n == 1:
+        mean, std = torch.zeros((), dtype=REWARD_DTYPE), torch.ones((), dtype=REWARD_DTYPE)
+    constant = n > 1 and bool(rewards.max() == rewards.min())
+    scores = torch.zeros_like(rewards) if constant else rewards - mean
+    if std_cal_level == "batch" and precomputed_std is not None:
+        scores = scores / (precomputed_std.to(REWARD_DTYPE) + epsilon)
+    elif std_cal_level != "none":
+        scores = scores / (std + epsilon)
+    return scores
+
+
+def group_baselines(
+    rewards: Tensor, advantages: Tensor, group_index: Tensor, count: Tensor
+) -> Tensor:
+    """Per-group mean of ``reward - advantage``: the baseline a group-relative estimator
+    subtracted (every member of a group has the same one). ``rewards``/``advantages``/
+    ``group_index`` ``[B]``, ``count`` ``[G]`` members per group; returns ``[G]``."""
+    return torch.zeros(count.shape[0], dtype=REWARD_DTYPE).index_add_(
+        0, group_index, rewards - advantages
+    ) / count.clamp_min(1)
+
+
 def duplicate_experience(exp: Experience) -> Experience:
     """Deep copy of ``exp`` whose advantages / returns own their memory (they are views of a
     step-wide buffer, which a plain deepcopy would copy whole)."""

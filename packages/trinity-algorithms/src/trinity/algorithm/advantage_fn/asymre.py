@@ -16,6 +16,7 @@ from trinity.algorithm.advantage_fn._vectorized import (
     REWARD_DTYPE,
     VectorizedGroupAdvantage,
     experience_rewards,
+    group_baselines,
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import asymre_advantages, group_stats
@@ -74,9 +75,7 @@ class ASYMREGroupAdvantage(VectorizedGroupAdvantage):
         )
         if not num_groups:
             return adv, None, {}
-        baseline = torch.zeros(num_groups, dtype=REWARD_DTYPE).index_add_(
-            0, group_index, rewards - adv
-        ) / stats.count.clamp_min(1)
+        baseline = group_baselines(rewards, adv, group_index, stats.count)
         return (
             adv,
             None,

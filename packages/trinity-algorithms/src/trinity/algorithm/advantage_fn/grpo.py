@@ -18,6 +18,7 @@ from trinity.algorithm.advantage_fn._vectorized import (
     VectorizedGroupAdvantage,
     duplicate_experience,
     experience_rewards,
+    reference_group_scores,
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import group_stats, grpo_advantages
@@ -101,20 +102,15 @@ class GRPOGroupedAdvantage(VectorizedGroupAdvantage):
             metrics["filtered_count"] = float(n) if skip else 0.0
             if skip:
                 return [], metrics
-            if n == 1 and self.zero_singletons:
-                scores = torch.zeros(1, dtype=REWARD_DTYPE)
-            else:
-                if n == 1:
-                    mean, std = (
-                        torch.zeros((), dtype=REWARD_DTYPE),
-                        torch.ones((), dtype=REWARD_DTYPE),
-                    )
-                constant = n > 1 and bool(rewards.max() == rewards.min())
-                scores = torch.zeros_like(rewards) if constant else rewards - mean
-                if self.std_cal_level == "batch" and precomputed_std is not None:
-                    scores = scores / (precomputed_std.to(REWARD_DTYPE) + self.epsilon)
-                elif self.std_cal_level != "none":
-                    scores = scores / (std + self.epsilon)
+            scores = reference_group_scores(
+                rewards,
+                mean,
+                std,
+                zero_singletons=self.zero_singletons,
+                std_cal_level=self.std_cal_level,
+                epsilon=self.epsilon,
+                precomputed_std=precomputed_std,
+            )
             for exp, score in zip(exps, scores.float(), strict=True):
                 exp.advantages = score * exp.action_mask
                 exp.returns = exp.advantages.clone()

@@ -18,6 +18,7 @@ from trinity.algorithm.advantage_fn._vectorized import (
     REWARD_DTYPE,
     VectorizedGroupAdvantage,
     experience_rewards,
+    group_baselines,
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import group_stats, opmd_advantages
@@ -83,9 +84,7 @@ class OPMDGroupAdvantage(VectorizedGroupAdvantage):
             stats=stats,
         )
         # every member of a group has the same baseline: average (reward - advantage) per group
-        baseline = torch.zeros(num_groups, dtype=REWARD_DTYPE).index_add_(
-            0, group_index, rewards - adv
-        ) / stats.count.clamp_min(1)
+        baseline = group_baselines(rewards, adv, group_index, stats.count)
         return adv, None, {"group_baseline": baseline} if num_groups else {}
 
     @classmethod

@@ -23,6 +23,7 @@ from trinity.algorithm.advantage_fn._vectorized import (
     VectorizedGroupAdvantage,
     experience_rewards,
     group_keys,
+    reference_group_scores,
     write_outcome_advantages,
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN, GroupAdvantage
@@ -98,20 +99,15 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
             metrics["skipped_count_per_group"] = float(len(exps)) if skip else 0.0
             if skip:
                 return [], metrics
-            if n == 1 and self.zero_singletons:
-                scores = torch.zeros(1, dtype=REWARD_DTYPE)
-            else:
-                if n == 1:
-                    mean, std = (
-                        torch.zeros((), dtype=REWARD_DTYPE),
-                        torch.ones((), dtype=REWARD_DTYPE),
-                    )
-                constant = n > 1 and bool(rewards.max() == rewards.min())
-                scores = torch.zeros_like(rewards) if constant else rewards - mean
-                if self.std_cal_level == "batch" and precomputed_std is not None:
-                    scores = scores / (precomputed_std.to(REWARD_DTYPE) + self.epsilon)
-                elif self.std_cal_level != "none":
-                    scores = scores / (std + self.epsilon)
+            scores = reference_group_scores(
+                rewards,
+                mean,
+                std,
+                zero_singletons=self.zero_singletons,
+                std_cal_level=self.std_cal_level,
+                epsilon=self.epsilon,
+                precomputed_std=precomputed_std,
+            )
             out: list[Experience] = []
             for steps, score in zip(runs.values(), scores, strict=True):
                 if self.enable_step_norm:

@@ -3,30 +3,8 @@
 Registered: ``none``, ``k1``, ``k2``, ``k3``, ``low_var_kl``, ``abs``, ``corrected_k3``.
 """
 
-from trinity.algorithm.kl_fn.kl_fn import (
-    KL_FN,
-    KL_TYPES,
-    AbsFn,
-    CorrectedK3Fn,
-    DummyKLFn,
-    K1Fn,
-    K2Fn,
-    K3Fn,
-    KLFn,
-    LowVarKLFn,
-    compute_kl,
-)
+# The package is its module: the names (and ``__all__``) are those of ``kl_fn.py``, stated once.
+from trinity.algorithm.kl_fn import kl_fn as _module
+from trinity.algorithm.kl_fn.kl_fn import *  # noqa: F403
 
-__all__ = [
-    "KL_FN",
-    "KL_TYPES",
-    "AbsFn",
-    "CorrectedK3Fn",
-    "DummyKLFn",
-    "K1Fn",
-    "K2Fn",
-    "K3Fn",
-    "KLFn",
-    "LowVarKLFn",
-    "compute_kl",
-]
+__all__ = list(_module.__all__)

@@ -327,6 +327,9 @@ class DummyKLFn(KLFn):
         return experiences, {}
 
 
+# One small class per estimator on purpose (they repeat each other's shape): they are the
+# registered names and the class names Trinity-RFT code imports and subclasses; the estimator
+# itself is one function, :func:`compute_kl`.
 @KL_FN.register_module("k1")
 class K1Fn(_EstimatorKLFn):
     """``logprob - ref_logprob``: unbiased for KL(pi || ref) but high variance, can be < 0."""

@@ -1,29 +1,7 @@
 """Sample strategies (``SAMPLE_STRATEGY``): how the trainer draws each batch from its buffers."""
 
-from trinity.algorithm.sample_strategy.sample_strategy import (
-    DEFAULT_EXPERIENCE_BUFFER_NAME,
-    EXPERT_CUSTOM_FIELDS,
-    SAMPLE_STRATEGY,
-    DefaultSampleStrategy,
-    MixSampleStrategy,
-    SampleStrategy,
-    StaleDataError,
-    StalenessControlSampleStrategy,
-    WarmupSampleStrategy,
-    build_sample_strategy,
-    model_version_metrics,
-)
+# The package is its module: the names (and ``__all__``) are those of ``sample_strategy.py``, stated once.
+from trinity.algorithm.sample_strategy import sample_strategy as _module
+from trinity.algorithm.sample_strategy.sample_strategy import *  # noqa: F403
 
-__all__ = [
-    "DEFAULT_EXPERIENCE_BUFFER_NAME",
-    "EXPERT_CUSTOM_FIELDS",
-    "SAMPLE_STRATEGY",
-    "DefaultSampleStrategy",
-    "MixSampleStrategy",
-    "SampleStrategy",
-    "StaleDataError",
-    "StalenessControlSampleStrategy",
-    "WarmupSampleStrategy",
-    "build_sample_strategy",
-    "model_version_metrics",
-]
+__all__ = list(_module.__all__)

@@ -43,8 +43,7 @@ from typing import Any, Optional
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trinity.buffer.buffer_reader import OfflineReader
-from trinity.buffer.buffer_writer import BufferWriter
+from trinity.buffer.base import BufferWriter, OfflineReader
 from trinity.buffer.storage.errors import StorageConfigError
 from trinity.common.experience import Experience
 

@@ -36,8 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Union
 
-from trinity.buffer.buffer_reader import BufferReader, EndOfStream
-from trinity.buffer.buffer_writer import BufferWriter
+from trinity.buffer.base import BufferReader, BufferWriter, EndOfStream
 from trinity.buffer.storage.errors import (
     QueueClosedError,
     QueueReadTimeout,

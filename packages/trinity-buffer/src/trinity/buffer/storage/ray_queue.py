@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import ray
 
-from trinity.buffer.buffer_reader import EndOfStream
+from trinity.buffer.base import EndOfStream
 from trinity.buffer.storage.errors import (
     QueueClosedError,
     QueueReadTimeout,

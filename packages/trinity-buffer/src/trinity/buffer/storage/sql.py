@@ -47,8 +47,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from trinity.buffer.buffer_reader import OfflineReader
-from trinity.buffer.buffer_writer import BufferWriter
+from trinity.buffer.base import BufferWriter, OfflineReader
 from trinity.buffer.storage.errors import StorageConfigError
 from trinity.common.experience import Experience
 from trinity.utils.log import get_logger

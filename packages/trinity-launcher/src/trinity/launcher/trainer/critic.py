@@ -39,14 +39,9 @@ import torch
 from torch import Tensor
 
 from trinity.common.experience import Experiences
-from trinity.launcher.trainer.verl_engine import (
-    _NUM_SEQS,
-    _NUM_TOKENS,
-    _OPTIMIZERS,
-    VerlEngineSettings,
-    VerlTrainEngine,
-    _share,
-)
+from trinity.launcher.trainer.verl_engine import VerlTrainEngine
+from trinity.launcher.trainer.verl_loss import _NUM_SEQS, _NUM_TOKENS, _share
+from trinity.launcher.trainer.verl_settings import _OPTIMIZERS, VerlEngineSettings
 
 if TYPE_CHECKING:
     from trinity.algorithm.value_loss import ValueLossFn

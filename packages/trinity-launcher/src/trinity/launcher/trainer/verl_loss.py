@@ -1,0 +1,208 @@
+"""Trinity's losses as verl's per-micro-batch loss callback.
+
+This module owns :class:`TrinityLoss` (which policy / KL / entropy loss functions of
+``trinity-algorithms`` make up the objective, and which batch fields they read) and
+:class:`_MicroBatchLoss`, the callback verl's engine calls on every micro-batch: it unpacks
+verl's packed log-probs back to ``[b, R]`` and scales each micro-batch's term by its share of
+the whole batch's aggregation denominator (:func:`_share`), so micro-batching does not change
+the gradient (see :mod:`trinity.launcher.trainer.verl_engine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from trinity.algorithm.entropy_loss_fn import EntropyLossFn
+    from trinity.algorithm.kl_fn import KLFn
+    from trinity.algorithm.policy_loss_fn import PolicyLossFn
+    from trinity.algorithm.resolve import ResolvedAlgorithm
+
+# Non-tensor keys of the TensorDict that carry the batch-wide loss denominators.
+_NUM_TOKENS = "trinity_num_tokens"
+_NUM_SEQS = "trinity_num_seqs"
+
+# --------------------------------------------------------------------------------- loss spec
+
+
+@dataclass
+class TrinityLoss:
+    """The actor loss of one algorithm, built from ``trinity-algorithms`` components.
+
+    ``loss = policy_loss + kl_loss - entropy_bonus`` (Trinity-RFT's and verl's convention):
+
+    * ``policy_loss_fn``: a :class:`~trinity.algorithm.policy_loss_fn.PolicyLossFn`; it is
+      called with exactly the batch fields its ``select_keys`` names (``old_logprob``,
+      ``action_mask``, ``advantages``, ...), all ``[b, R]`` (``expert_mask``: ``[b]``);
+    * ``kl_loss_fn``: a :class:`~trinity.algorithm.kl_fn.KLFn` or ``None``; ``none`` (and
+      ``None``) disables the term; otherwise the batch needs ``ref_logprob``;
+    * ``entropy_loss_fn``: an :class:`~trinity.algorithm.entropy_loss_fn.EntropyLossFn` or
+      ``None``;
+    * ``loss_agg_mode``: aggregation of the KL and entropy terms (the policy loss uses its own
+      ``loss_agg_mode``);
+    * ``compute_entropy``: compute the per-token entropy (needed by the entropy term, otherwise
+      only a metric). ``None``: when the entropy term is active (a non-``none`` function with a
+      non-zero coefficient).
+    """
+
+    policy_loss_fn: PolicyLossFn
+    kl_loss_fn: Optional[KLFn] = None
+    entropy_loss_fn: Optional[EntropyLossFn] = None
+    loss_agg_mode: str = "token-mean"
+    compute_entropy: Optional[bool] = None
+
+    def __post_init__(self) -> None:
+        from trinity.algorithm.utils import LOSS_AGG_MODES
+
+        for owner, mode in (
+            ("loss_agg_mode", self.loss_agg_mode),
+            (
+                f"{type(self.policy_loss_fn).__name__}.loss_agg_mode",
+                self.policy_loss_agg_mode,
+            ),
+        ):
+            if mode not in LOSS_AGG_MODES:
+                raise ValueError(
+                    f"{owner}={mode!r} is invalid; allowed: {', '.join(LOSS_AGG_MODES)}"
+                )
+
+    @classmethod
+    def from_algorithm(
+        cls,
+        algorithm: Union[ResolvedAlgorithm, Mapping[str, Any], Any],
+        compute_entropy: Optional[bool] = None,
+    ) -> TrinityLoss:
+        """Build the components of a :class:`~trinity.algorithm.resolve.ResolvedAlgorithm` (or
+        of anything :func:`~trinity.algorithm.resolve.resolve_algorithm` accepts: an
+        ``AlgorithmConfig``, a ``Config``, a mapping such as ``{"algorithm_type": "grpo"}``)."""
+        from trinity.algorithm.resolve import ResolvedAlgorithm, resolve_algorithm
+
+        resolved = (
+            algorithm if isinstance(algorithm, ResolvedAlgorithm) else resolve_algorithm(algorithm)
+        )
+        return cls(
+            policy_loss_fn=resolved.build_policy_loss_fn(),
+            kl_loss_fn=resolved.build_kl_loss_fn(),
+            entropy_loss_fn=resolved.build_entropy_loss_fn(),
+            loss_agg_mode=resolved.loss_agg_mode,
+            compute_entropy=compute_entropy,
+        )
+
+    @property
+    def policy_loss_agg_mode(self) -> str:
+        return str(getattr(self.policy_loss_fn, "loss_agg_mode", "token-mean"))
+
+    @property
+    def uses_kl(self) -> bool:
+        from trinity.algorithm.kl_fn import DummyKLFn
+
+        return self.kl_loss_fn is not None and not isinstance(self.kl_loss_fn, DummyKLFn)
+
+    @property
+    def uses_entropy(self) -> bool:
+        from trinity.algorithm.entropy_loss_fn import DummyEntropyLossFn
+
+        return (
+            self.entropy_loss_fn is not None
+            and not isinstance(self.entropy_loss_fn, DummyEntropyLossFn)
+            and float(getattr(self.entropy_loss_fn, "entropy_coef", 1.0)) != 0.0
+        )
+
+    @property
+    def needs_entropy(self) -> bool:
+        return self.uses_entropy if self.compute_entropy is None else bool(self.compute_entropy)
+
+    def required_fields(self) -> list[str]:
+        """Batch fields the loss reads (``action_mask`` always: it weights micro-batches)."""
+        keys = list(self.policy_loss_fn.select_keys)
+        if "action_mask" not in keys:
+            keys.append("action_mask")
+        if self.uses_kl and "ref_logprob" not in keys:
+            keys.append("ref_logprob")
+        return keys
+
+
+def _share(mask: Tensor, mode: str, num_tokens: float, num_seqs: float) -> float:
+    """The part of the whole batch's ``mode`` denominator that this micro-batch holds."""
+    if mode == "token-sum":  # a sum over micro-batches is the batch's sum: no rescaling
+        return 1.0
+    if mode == "token-mean":
+        return float(mask.sum().item()) / max(num_tokens, 1.0)
+    return float((mask.sum(dim=-1) > 0).sum().item()) / max(num_seqs, 1.0)
+
+
+class _MicroBatchLoss:
+    """The ``loss_function`` verl's engine calls per micro-batch (see the module docstring).
+
+    ``__call__(model_output, data, dp_group)``: ``model_output["log_probs"]`` (and
+    ``["entropy"]``) are nested ``[b, j]`` over the packed sequences; ``data`` is the micro-batch
+    TensorDict. Returns the loss to backpropagate (already weighted by the micro-batch's share and
+    the data-parallel size) and metrics weighted by the share, so summing them over micro-batches
+    and ranks gives the whole batch's values.
+    """
+
+    def __init__(self, loss: TrinityLoss, fields: list[str], dp_size: int) -> None:
+        self.loss = loss
+        self.fields = fields
+        self.dp_size = dp_size
+
+    def __call__(
+        self, model_output: Mapping[str, Tensor], data: Any, dp_group: Any = None
+    ) -> tuple[Tensor, dict[str, float]]:
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        spec = self.loss
+        logprob = no_padding_2_padding(model_output["log_probs"], data)  # [b, R]
+        batch = {k: data[k] for k in self.fields}
+        mask = batch["action_mask"]
+        num_tokens = float(tu.get_non_tensor_data(data, _NUM_TOKENS, 0.0))
+        num_seqs = float(tu.get_non_tensor_data(data, _NUM_SEQS, 0.0))
+
+        metrics: dict[str, float] = {}
+
+        def add(values: Mapping[str, float], weight: float) -> None:
+            for key, value in values.items():
+                metrics[f"actor/{key}"] = metrics.get(f"actor/{key}", 0.0) + float(value) * weight
+
+        w_pg = _share(mask, spec.policy_loss_agg_mode, num_tokens, num_seqs)
+        pg_loss, pg_metrics = spec.policy_loss_fn.compute(logprob, batch)
+        add({**pg_metrics, "pg_loss": float(pg_loss.detach().item())}, w_pg)
+        total = pg_loss * w_pg
+        reported = float(pg_loss.detach().item()) * w_pg
+
+        w_aux = _share(mask, spec.loss_agg_mode, num_tokens, num_seqs)
+        if spec.uses_kl:
+            kl_loss, kl_metrics = spec.kl_loss_fn.calculate_kl_loss(  # type: ignore[union-attr]
+                logprob=logprob,
+                ref_logprob=batch["ref_logprob"],
+                response_mask=mask,
+                loss_agg_mode=spec.loss_agg_mode,
+                old_logprob=batch.get("old_logprob"),
+            )
+            total = total + kl_loss * w_aux
+            reported += float(kl_loss.detach().item()) * w_aux
+            add(kl_metrics, w_aux)
+
+        if spec.needs_entropy:
+            entropy = no_padding_2_padding(model_output["entropy"], data)  # [b, R]
+            extra = {k: batch[k] for k in ("expert_mask", "is_expert_mask") if k in batch}
+            if spec.entropy_loss_fn is not None:
+                bonus, ent_metrics = spec.entropy_loss_fn(
+                    entropy, mask, loss_agg_mode=spec.loss_agg_mode, **extra
+                )
+                add(ent_metrics, w_aux)
+                if spec.uses_entropy:
+                    total = total - bonus * w_aux
+                    reported -= float(bonus.detach().item()) * w_aux
+            from trinity.algorithm.utils import masked_mean
+
+            add({"entropy": float(masked_mean(entropy.detach(), mask).item())}, w_aux)
+
+        metrics["actor/loss"] = reported
+        # FSDP averages gradients over data-parallel ranks; the shares are global, so undo it
+        return total * self.dp_size, metrics

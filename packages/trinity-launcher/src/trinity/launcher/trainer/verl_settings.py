@@ -1,0 +1,254 @@
+"""Settings of Trinity's verl training engine: one flat, validated dataclass.
+
+This module owns :class:`VerlEngineSettings` (model, precision, optimizer, lr schedule,
+micro-batching and FSDP knobs, each checked at construction with an error naming the field) and
+its mapping from a Trinity ``Config`` (:meth:`VerlEngineSettings.from_config`), plus the name
+tables (dtypes, schedulers, optimizers) the engine translates into verl's configs. The engine
+itself is :mod:`trinity.launcher.trainer.verl_engine`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+
+from trinity.launcher.trainer.verl_compat import (
+    default_device,
+)
+
+if TYPE_CHECKING:
+    from trinity.common.config import Config
+
+#: dtype names accepted in settings -> verl's precision names.
+_DTYPES = {
+    "float32": "fp32",
+    "fp32": "fp32",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float16": "fp16",
+    "fp16": "fp16",
+}
+_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_SCHEDULERS = ("constant", "cosine")
+_OPTIMIZERS = {"adam": "AdamW", "adamw": "AdamW", "sgd": "SGD"}
+
+
+# ----------------------------------------------------------------------------------- settings
+
+
+@dataclass
+class VerlEngineSettings:
+    """Plain settings of :class:`VerlTrainEngine` (no verl types, so configs and tests build it).
+
+    Model:
+        model_path: a Hugging Face model directory (local; nothing is downloaded).
+        tokenizer_path: defaults to ``model_path``.
+        trust_remote_code: allow custom model code in the model directory.
+        attn_implementation: ``None`` = ``sdpa`` on CPU, ``flash_attention_2`` on CUDA when
+            ``flash_attn`` is installed (else ``sdpa``).
+    Precision and device:
+        device: ``"cpu"``, ``"cuda"`` or ``None`` (CUDA when available).
+        dtype: compute dtype of the forward/backward (FSDP ``param_dtype``): ``float32`` or
+            ``bfloat16`` (``float16`` with loss scaling). Master weights, gradients reduction and
+            the optimizer are always fp32. ``None`` = fp32 on CPU (bf16 autocast on CPU drifts
+            1e-2 from the rollout's logprobs), bf16 on CUDA.
+    Optimizer and schedule (verl's ``FSDPOptimizerConfig``):
+        optimizer: ``AdamW`` (default) or ``SGD``; lr, betas, weight_decay, eps.
+        grad_clip: max global gradient norm (clipping happens every step).
+        lr_scheduler_type: ``constant`` or ``cosine``; lr_warmup_steps (``-1``: use
+            ``lr_warmup_steps_ratio * total_training_steps``), min_lr_ratio, num_cycles.
+        total_training_steps: optimizer steps of the whole run (cosine decay and warm-up ratio);
+            ``-1`` if unknown (constant schedule only).
+    Batching:
+        micro_batch_size: rows per forward/backward when ``use_dynamic_bsz`` is off. A batch
+            whose size it does not divide runs in micro-batches of the largest divisor below it
+            (results do not depend on micro-batching).
+        use_dynamic_bsz / max_token_len_per_gpu: pack micro-batches up to this many tokens
+            (verl's balanced ``rearrange_micro_batches``) instead.
+        infer_micro_batch_size / infer_max_token_len_per_gpu: the same for
+            :meth:`VerlTrainEngine.compute_logprobs` (default: the training values).
+        use_remove_padding: run packed sequences without padding (verl's default).
+    Memory and parallelism: gradient_checkpointing, param_offload, optimizer_offload,
+        ulysses_sequence_parallel_size, fsdp_size (``-1``: shard over all ranks).
+    Other:
+        seed: seeds torch's RNGs when the engine is built.
+        use_torch_compile: compile verl's entropy kernel (``None``: on CUDA only).
+        full_determinism: verl's deterministic mode (slower).
+        engine_overrides: extra ``FSDPEngineConfig`` fields (verl passthrough, e.g.
+            ``{"wrap_policy": {...}, "reshard_after_forward": False}``).
+        optimizer_overrides: extra keyword arguments of the optimizer class.
+    """
+
+    model_path: str
+    tokenizer_path: Optional[str] = None
+    trust_remote_code: bool = False
+    attn_implementation: Optional[str] = None
+    device: Optional[str] = None
+    dtype: Optional[str] = None
+    optimizer: str = "AdamW"
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.01
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    lr_scheduler_type: str = "constant"
+    lr_warmup_steps: int = -1
+    lr_warmup_steps_ratio: float = 0.0
+    min_lr_ratio: float = 0.0
+    num_cycles: float = 0.5
+    total_training_steps: int = -1
+    micro_batch_size: int = 1
+    use_dynamic_bsz: bool = False
+    max_token_len_per_gpu: Optional[int] = None
+    infer_micro_batch_size: Optional[int] = None
+    infer_max_token_len_per_gpu: Optional[int] = None
+    use_remove_padding: bool = True
+    gradient_checkpointing: bool = False
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    ulysses_sequence_parallel_size: int = 1
+    fsdp_size: int = -1
+    seed: int = 42
+    use_torch_compile: Optional[bool] = None
+    full_determinism: bool = False
+    engine_overrides: dict[str, Any] = field(default_factory=dict)
+    optimizer_overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:  # noqa: C901 - one flat list of checks
+        def bad(name: str, value: Any, allowed: str) -> ValueError:
+            return ValueError(f"VerlEngineSettings.{name}={value!r} is invalid; allowed: {allowed}")
+
+        if not self.model_path:
+            raise bad("model_path", self.model_path, "a Hugging Face model directory")
+        if self.device not in (None, "cpu", "cuda"):
+            raise bad("device", self.device, "'cpu', 'cuda' or None (CUDA when available)")
+        if self.dtype is not None and self.dtype not in _DTYPES:
+            raise bad("dtype", self.dtype, f"{', '.join(_DTYPES)} or None")
+        if self.optimizer.lower() not in _OPTIMIZERS:
+            raise bad("optimizer", self.optimizer, "AdamW, Adam (= AdamW) or SGD")
+        if not self.lr > 0:
+            raise bad("lr", self.lr, "a positive float")
+        if len(tuple(self.betas)) != 2:
+            raise bad("betas", self.betas, "two floats")
+        self.betas = (float(self.betas[0]), float(self.betas[1]))
+        if not self.grad_clip > 0:
+            raise bad("grad_clip", self.grad_clip, "a positive float")
+        if self.lr_scheduler_type not in _SCHEDULERS:
+            raise bad("lr_scheduler_type", self.lr_scheduler_type, ", ".join(_SCHEDULERS))
+        if self.lr_scheduler_type == "cosine" and self.total_training_steps <= 0:
+            raise bad(
+                "total_training_steps",
+                self.total_training_steps,
+                "a positive number of steps with lr_scheduler_type='cosine'",
+            )
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise bad("min_lr_ratio", self.min_lr_ratio, "a float in [0, 1]")
+        if not 0.0 <= self.lr_warmup_steps_ratio <= 1.0:
+            raise bad("lr_warmup_steps_ratio", self.lr_warmup_steps_ratio, "a float in [0, 1]")
+        if self.micro_batch_size < 1:
+            raise bad("micro_batch_size", self.micro_batch_size, "an integer >= 1")
+        if self.infer_micro_batch_size is not None and self.infer_micro_batch_size < 1:
+            raise bad("infer_micro_batch_size", self.infer_micro_batch_size, "an integer >= 1")
+        if self.use_dynamic_bsz and not (self.max_token_len_per_gpu or 0) > 0:
+            raise bad(
+                "max_token_len_per_gpu",
+                self.max_token_len_per_gpu,
+                "a positive token budget when use_dynamic_bsz is true",
+            )
+        if self.ulysses_sequence_parallel_size < 1:
+            raise bad(
+                "ulysses_sequence_parallel_size",
+                self.ulysses_sequence_parallel_size,
+                "an integer >= 1",
+            )
+        if self.ulysses_sequence_parallel_size > 1 and not self.use_remove_padding:
+            raise bad(
+                "use_remove_padding",
+                self.use_remove_padding,
+                "true when ulysses_sequence_parallel_size > 1 (verl's requirement)",
+            )
+
+    @property
+    def resolved_device(self) -> str:
+        return self.device or default_device()
+
+    @property
+    def precision(self) -> str:
+        """verl's name of the compute dtype (``fp32``/``bf16``/``fp16``)."""
+        if self.dtype is not None:
+            return _DTYPES[self.dtype]
+        return "fp32" if self.resolved_device == "cpu" else "bf16"
+
+    @classmethod
+    def from_config(cls, config: Config, **overrides: Any) -> VerlEngineSettings:
+        """Settings from a Trinity :class:`~trinity.common.config.Config`.
+
+        Reads ``model.model_path`` (and ``model.max_model_len``: without
+        ``trainer.max_token_len_per_gpu`` the budget is ``2 * max_model_len / sp``, the config's
+        own rule), ``algorithm.optimizer`` (lr, betas, weight decay, schedule,
+        warm-up), ``trainer`` (grad_clip, use_dynamic_bsz, max_token_len_per_gpu,
+        use_remove_padding, ulysses_sequence_parallel_size, param/optimizer offload,
+        trust_remote_code, total_steps) and, from the verl passthrough ``trainer.trainer_config``,
+        ``actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu``,
+        ``actor_rollout_ref.model.enable_gradient_checkpointing`` and
+        ``actor_rollout_ref.actor.fsdp_config.{param_offload,optimizer_offload}``. The gradient
+        clip is ``algorithm.optimizer.clip_grad`` where set, else ``trainer.grad_clip``.
+        ``overrides`` win over everything.
+        """
+        optim = config.algorithm.optimizer
+        trainer = config.trainer
+        verl_cfg = dict(trainer.trainer_config or {})
+        arr = dict(verl_cfg.get("actor_rollout_ref") or {})
+        actor = dict(arr.get("actor") or {})
+        model = dict(arr.get("model") or {})
+        fsdp = dict(actor.get("fsdp_config") or {})
+        max_tokens = trainer.max_token_len_per_gpu
+        if max_tokens is None and config.model.max_model_len:
+            # the config's own rule (check_and_update): twice the longest sequence per SP rank
+            sp = trainer.ulysses_sequence_parallel_size
+            max_tokens = math.ceil(2 * config.model.max_model_len / sp)
+        if (
+            trainer.use_dynamic_bsz
+            and max_tokens is None
+            and "max_token_len_per_gpu" not in overrides
+        ):
+            raise ValueError(
+                "trainer.max_token_len_per_gpu is unset and model.max_model_len is unset too, "
+                "while trainer.use_dynamic_bsz is true; allowed: set either, or "
+                "trainer.use_dynamic_bsz: false"
+            )
+        scheduler = optim.lr_scheduler_type
+        if getattr(optim, "warmup_style", None):
+            scheduler = optim.warmup_style
+        kwargs: dict[str, Any] = dict(
+            model_path=config.model.model_path,
+            trust_remote_code=bool(config.model.trust_remote_code or trainer.trust_remote_code),
+            optimizer=_OPTIMIZERS.get(str(optim.optimizer_type).lower(), optim.optimizer_type),
+            lr=optim.lr,
+            betas=tuple(optim.betas),
+            weight_decay=optim.weight_decay,
+            # algorithm.optimizer.clip_grad where the user set it, else trainer.grad_clip
+            grad_clip=optim.clip_grad
+            if "clip_grad" in optim.model_fields_set
+            else trainer.grad_clip,
+            lr_scheduler_type=scheduler,
+            lr_warmup_steps=optim.lr_warmup_steps,
+            lr_warmup_steps_ratio=optim.lr_warmup_steps_ratio,
+            min_lr_ratio=optim.min_lr_ratio,
+            total_training_steps=trainer.total_steps or -1,
+            use_dynamic_bsz=trainer.use_dynamic_bsz,
+            max_token_len_per_gpu=max_tokens,
+            use_remove_padding=trainer.use_remove_padding,
+            ulysses_sequence_parallel_size=trainer.ulysses_sequence_parallel_size,
+            param_offload=bool(fsdp.get("param_offload", trainer.param_offload)),
+            optimizer_offload=bool(fsdp.get("optimizer_offload", trainer.optimizer_offload)),
+        )
+        if actor.get("ppo_micro_batch_size_per_gpu"):
+            kwargs["micro_batch_size"] = int(actor["ppo_micro_batch_size_per_gpu"])
+        if "enable_gradient_checkpointing" in model:
+            kwargs["gradient_checkpointing"] = bool(model["enable_gradient_checkpointing"])
+        kwargs.update(overrides)
+        return cls(**kwargs)
