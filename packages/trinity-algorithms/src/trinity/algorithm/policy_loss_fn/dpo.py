@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
+from trinity.algorithm.args import Field, PolicyLossArgs, PosFloat
 from trinity.algorithm.policy_loss_fn.functional import dpo_loss, metrics_to_floats
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, PolicyLossFn
 
@@ -24,6 +25,14 @@ class DPOLossFn(PolicyLossFn):
         beta: inverse temperature of the implicit reward.
         label_smoothing: assumed label-noise rate (conservative DPO); 0 is plain DPO.
     """
+
+    class Args(PolicyLossArgs):
+        """``policy_loss_fn_args`` of ``dpo`` (``loss_agg_mode`` is accepted, unused)."""
+
+        beta: PosFloat = Field(0.1, description="Inverse temperature of the implicit reward.")
+        label_smoothing: float = Field(
+            0.0, ge=0.0, le=0.5, description="Assumed label-noise rate (conservative DPO)."
+        )
 
     def __init__(
         self, backend: str = "verl", beta: float = 0.1, label_smoothing: float = 0.0

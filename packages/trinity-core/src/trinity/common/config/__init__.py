@@ -24,11 +24,20 @@ registry (does workflow ``X`` exist?) live in the packages that own those regist
 
 from __future__ import annotations
 
+from ._args import (
+    ComponentArgs,
+    Field,
+    args_model,
+    check_component_args,
+    describe_args,
+    model_validator,
+)
 from ._core import Config, load_config, save_config
-from ._errors import ConfigError, ConfigIssue
+from ._errors import ConfigError, ConfigIssue, did_you_mean
 from ._sections import (
     DEFAULT_EXPERIENCE_BUFFER_NAME,
     EXPLORER_NAME,
+    MAX_CONTEXT_TOKENS,
     ROLLOUT_WEIGHT_SYNC_GROUP_NAME,
     TRAINER_NAME,
     AlgorithmConfig,
@@ -50,6 +59,7 @@ from ._sections import (
     LogConfig,
     LogLevel,
     LoRAConfig,
+    LossAggMode,
     MegatronParallelConfig,
     ModelConfig,
     MonitorConfig,
@@ -79,6 +89,14 @@ __all__ = [
     # errors
     "ConfigError",
     "ConfigIssue",
+    "did_you_mean",
+    # component arguments
+    "ComponentArgs",
+    "Field",
+    "model_validator",
+    "args_model",
+    "check_component_args",
+    "describe_args",
     # loading / saving
     "load_config",
     "save_config",
@@ -128,8 +146,10 @@ __all__ = [
     "EngineType",
     "MonitorType",
     "LogLevel",
+    "LossAggMode",
     # constants
     "EXPLORER_NAME",
+    "MAX_CONTEXT_TOKENS",
     "TRAINER_NAME",
     "DEFAULT_EXPERIENCE_BUFFER_NAME",
     "ROLLOUT_WEIGHT_SYNC_GROUP_NAME",

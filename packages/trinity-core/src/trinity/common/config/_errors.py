@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import types
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import (
@@ -105,6 +106,20 @@ def _unwrap(ann: Any) -> Any:
                 ann = args[0]
                 continue
         return ann
+
+
+def _literal_choices(ann: Any) -> list[str]:
+    """The string values of a ``Literal`` annotation (empty for anything else)."""
+    ann = _unwrap(ann)
+    if get_origin(ann) is Literal:
+        return [a for a in get_args(ann) if isinstance(a, str)]
+    return []
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``known`` to ``name``, or ``""``."""
+    match = difflib.get_close_matches(str(name), sorted(map(str, known)), n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
 
 
 def _is_model(ann: Any) -> bool:
@@ -246,7 +261,15 @@ def _issues_from_validation_error(
         elif etype in ("literal_error", "enum"):
             expected = ctx.get("expected", "")
             message = f"invalid value {_short(value)}; allowed values: {expected}"
+            choices = _literal_choices(_annotation_at(root, loc))
+            if isinstance(value, str) and choices:
+                match = difflib.get_close_matches(value.strip().lower(), choices, n=1, cutoff=0.5)
+                if match:
+                    message += f"; did you mean '{match[0]}'?"
             kind = "invalid_choice"
+        elif etype == "finite_number":
+            message = f"must be a finite number, got {_short(value)}"
+            kind = "out_of_range"
         elif etype == "missing":
             message = "required key is missing"
             value = None
