@@ -132,11 +132,14 @@ def check_component_args(
     loc: tuple[Union[str, int], ...],
     *,
     label: Optional[str] = None,
+    derive: bool = True,
 ) -> tuple[list[ConfigIssue], list[str]]:
     """Check ``args`` against what ``cls`` declares; return (issues, warnings).
 
     ``loc`` is the config path of the mapping (e.g. ``("algorithm", "policy_loss_fn_args")``);
     each issue is located at the key it is about, names the bad value and what is allowed.
+    With ``derive=False`` only an explicit ``Args`` model counts (a workflow's ``__init__``
+    takes the task and model, not its ``workflow_args``): nothing is checked without one.
     """
     where = _fmt_loc(loc)
     name = label or cls.__name__
@@ -151,9 +154,9 @@ def check_component_args(
             loc=loc,
         )
         return [issue], []
-    model = args_model(cls)
+    model = args_model(cls) if derive else _declared_args(cls)
     if model is None:
-        if args:
+        if args and derive:
             return [], [
                 f"{where}: {name} declares no arguments (no Args model, and its __init__ "
                 f"takes **kwargs), so {sorted(map(str, args))} are passed unchecked"
