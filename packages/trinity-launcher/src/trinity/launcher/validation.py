@@ -66,6 +66,8 @@ def validate_config(
         extra = _raw_algorithm_args_issues(source, exc.errors)
         if not extra:
             raise
+        for issue in extra:
+            issue.file = exc.source if not isinstance(source, Mapping) else None
         raise ConfigError(exc.errors + extra, exc.source) from None
     warnings: list[str] = []
     try:
