@@ -162,3 +162,25 @@ def test_dry_run_starts_no_ray_and_loads_no_model(at_repo: None) -> None:
     assert "Dry run: the config is valid" in done.stdout
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"rc": 0, "heavy": []}
+
+
+def test_the_component_docs_are_generated_from_the_declarations() -> None:
+    """docs/components.md is what the declarations say (regenerate it after changing one)."""
+    from trinity.launcher.component_docs import render
+
+    page = (REPO / "docs" / "components.md").read_text(encoding="utf-8")
+    assert page == render(), "run: python -m trinity.launcher.component_docs > docs/components.md"
+    assert "| `clip_ratio_c` | a number | `3.0` | > 1.0 |" in page
+
+
+def test_the_studio_form_help_reads_the_same_declaration() -> None:
+    from trinity.algorithm.resolve import component_registry
+    from trinity.common.config import args_model
+    from trinity.manager.config_registry._common import args_help
+
+    registry = component_registry("advantage_fn")
+    text = args_help(registry, "grpo")
+    for name in args_model(registry.get("grpo")).model_fields:
+        assert f"- `{name}` (" in text
+    assert "`std_cal_level` (one of 'group', 'batch', 'none'; default 'group')" in text
+    assert args_help(registry, "no-such-advantage") == ""

@@ -176,9 +176,21 @@ def check_component_args(
     return [], []
 
 
+def _metadata(annotation: Any) -> list[Any]:
+    """Constraint objects inside ``annotation`` (``Optional[Annotated[float, Field(ge=0)]]``)."""
+    found: list[Any] = []
+    if typing.get_origin(annotation) is typing.Annotated:
+        for meta in typing.get_args(annotation)[1:]:
+            found += list(getattr(meta, "metadata", [meta]))
+    for arg in typing.get_args(annotation):
+        if not isinstance(arg, (str, int, float)) and arg is not None:
+            found += _metadata(arg)
+    return found
+
+
 def _constraints(info: FieldInfo) -> str:
     parts = []
-    for meta in info.metadata:
+    for meta in [*info.metadata, *_metadata(info.annotation)]:
         for attr, sign in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
             bound = getattr(meta, attr, None)
             if bound is not None:
