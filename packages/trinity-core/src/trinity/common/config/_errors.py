@@ -216,6 +216,10 @@ _TYPE_ERRORS = {
 }
 
 
+#: No model has a context this long (the longest are ~10M tokens): a larger token limit is a
+#: typo, refused at validation rather than by the engine at start-up.
+MAX_CONTEXT_TOKENS = 1 << 24
+
 _BOUND_ERRORS = {
     "greater_than_equal": "must be >= {ge}",
     "greater_than": "must be > {gt}",
@@ -284,6 +288,8 @@ def _issues_from_validation_error(
             except (KeyError, IndexError):
                 bound = err.get("msg", "out of range")
             message = f"{bound}, got {_short(value)}"
+            if etype == "less_than_equal" and ctx.get("le") == MAX_CONTEXT_TOKENS:
+                message += " (no model has a context that long)"
             kind = "out_of_range"
         elif etype in ("value_error", "assertion_error"):
             message = str(error_obj) if error_obj is not None else err.get("msg", "")

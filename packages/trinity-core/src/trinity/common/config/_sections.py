@@ -13,6 +13,7 @@ from pydantic import (
     Strict,
 )
 
+from ._errors import MAX_CONTEXT_TOKENS
 from ._utils import _intent_dump
 
 EXPLORER_NAME = "explorer"
@@ -36,10 +37,6 @@ LOG_NODE_IP_ENV_VAR = "TRINITY_LOG_NODE_IP"
 
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]
-
-#: No model has a context this long (the longest are ~10M tokens): a larger token limit is a
-#: typo, refused at validation rather than by the engine at start-up.
-MAX_CONTEXT_TOKENS = 1 << 24
 
 
 # --------------------------------------------------------------------------------------
