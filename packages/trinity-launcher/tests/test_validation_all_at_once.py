@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trinity.common.config import ConfigError
 from trinity.launcher.validation import validate_config
@@ -79,14 +80,20 @@ def test_schema_and_component_argument_problems_come_together(
     data["algorithm"].update(
         {"optimizer": {"lr": float("nan")}, "policy_loss_fn_args": {"clip_rnage": 0.2}}
     )
-    path.write_text(json.dumps(data), encoding="utf-8")  # JSON is YAML
+    data["buffer"]["batch_size"] = True
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         validate_config(path)
     issues = {i.path: i for i in info.value.errors}
-    assert set(issues) == {"algorithm.optimizer.lr", "algorithm.policy_loss_fn_args.clip_rnage"}
+    assert set(issues) == {
+        "algorithm.optimizer.lr",
+        "algorithm.policy_loss_fn_args.clip_rnage",
+        "buffer.batch_size",
+    }
     assert (
         "did you mean 'clip_range'?" in issues["algorithm.policy_loss_fn_args.clip_rnage"].message
     )
+    assert "finite" in issues["algorithm.optimizer.lr"].message
     assert all(i.file == str(path) for i in info.value.errors)
 
 

@@ -150,24 +150,26 @@ def _raw_algorithm_args_issues(source: ConfigSource, known: list[ConfigIssue]) -
     problem are left out; anything unexpected in the raw file gives no extra issue.
     """
     from trinity.algorithm import resolve_algorithm
+    from trinity.algorithm.algorithm import COMPONENT_FIELDS
     from trinity.common.config import AlgorithmConfig
 
     try:
         if isinstance(source, Mapping):
             raw: Any = source
         else:
-            import yaml
+            from omegaconf import OmegaConf
 
             with open(os.fspath(source), encoding="utf-8") as f:
-                raw = yaml.safe_load(f)
+                raw = OmegaConf.to_container(OmegaConf.create(f.read()), resolve=False)
         section = raw.get("algorithm") if isinstance(raw, Mapping) else None
         if not isinstance(section, Mapping):
             return []
         bad = {i.loc[1] for i in known if len(i.loc) > 1 and i.loc[0] == "algorithm"}
         bad |= {i.path.split(".")[1] for i in known if i.path.startswith("algorithm.")}
-        kept = {k: v for k, v in section.items() if k not in bad}
-        algorithm = AlgorithmConfig.model_validate(kept)
-        resolve_algorithm(algorithm)
+        wanted = {"algorithm_type", "repeat_times", "loss_agg_mode", *COMPONENT_FIELDS}
+        wanted |= {f"{f}_args" for f in COMPONENT_FIELDS}
+        kept = {k: v for k, v in section.items() if k in wanted and k not in bad}
+        resolve_algorithm(AlgorithmConfig.model_validate(kept))
     except ConfigError as exc:
         reported = {i.path for i in known}
         return [i for i in exc.errors if i.path not in reported]
