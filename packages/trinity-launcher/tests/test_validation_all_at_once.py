@@ -191,3 +191,22 @@ def test_the_studio_form_help_reads_the_same_declaration() -> None:
         assert f"- `{name}` (" in text
     assert "`std_cal_level` (one of 'group', 'batch', 'none'; default 'group')" in text
     assert args_help(registry, "no-such-advantage") == ""
+
+
+def test_selector_and_priority_function_names_are_checked(tmp_path: Path, at_repo: None) -> None:
+    data = base(tmp_path)
+    data["buffer"]["explorer_input"]["taskset"]["data_selector"] = {"selector_type": "shufle"}
+    data["buffer"]["trainer_input"] = {
+        "experience_buffer": {"replay_buffer": {"enable": True, "priority_fn": "linear_decy"}}
+    }
+    with pytest.raises(ConfigError) as info:
+        validate_config(data)
+    issues = {i.path: i.message for i in info.value.errors}
+    assert set(issues) == {
+        "buffer.explorer_input.taskset.data_selector.selector_type",
+        "buffer.trainer_input.experience_buffer.replay_buffer.priority_fn",
+    }
+    assert "shuffle" in issues["buffer.explorer_input.taskset.data_selector.selector_type"]
+    assert (
+        "linear_decay" in issues["buffer.trainer_input.experience_buffer.replay_buffer.priority_fn"]
+    )

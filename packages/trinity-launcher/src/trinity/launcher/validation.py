@@ -242,6 +242,7 @@ def check_component_names(config: Config, warnings: Optional[list[str]] = None) 
                 issues += found
                 found_warnings += warned
     issues += _operator_issues(config, found_warnings)
+    issues += _buffer_name_issues(config, sets)
     if warnings is not None:
         warnings += found_warnings
     for line in found_warnings:
@@ -281,6 +282,34 @@ def _operator_issues(config: Config, warnings: list[str]) -> list[ConfigIssue]:
             )
             issues += found
             warnings += warned
+    return issues
+
+
+def _buffer_name_issues(config: Config, sets: list[tuple[str, Any]]) -> list[ConfigIssue]:
+    """Task selectors of task sets and priority functions of replay queues: registered names."""
+    from trinity.buffer.storage.queue import PRIORITY_FN
+    from trinity.buffer.taskset import TASK_SELECTORS
+
+    checks: list[tuple[str, Any, Any]] = []
+    for where, taskset in sets:
+        selector = taskset.data_selector.selector_type
+        if selector is not None:
+            prefix = f"buffer.explorer_input.{where}.data_selector.selector_type"
+            checks.append((prefix, selector, TASK_SELECTORS))
+    trainer_input = config.buffer.trainer_input
+    buffers = [("experience_buffer", trainer_input.experience_buffer)]
+    buffers += [(f"auxiliary_buffers.{n}", b) for n, b in trainer_input.auxiliary_buffers.items()]
+    for where, buffer in buffers:
+        replay = getattr(buffer, "replay_buffer", None)
+        if replay is not None and replay.enable:
+            path = f"buffer.trainer_input.{where}.replay_buffer.priority_fn"
+            checks.append((path, replay.priority_fn, PRIORITY_FN))
+    issues: list[ConfigIssue] = []
+    for path, name, registry in checks:
+        try:
+            registry.get(name)
+        except UnknownModuleError as exc:
+            issues.append(ConfigIssue(path=path, message=str(exc), value=name, kind="unknown_name"))
     return issues
 
 
