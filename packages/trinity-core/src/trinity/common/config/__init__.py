@@ -18,8 +18,12 @@ Validation happens at two levels:
   NCCL weight synchronisation.
 
 Both levels raise a single :class:`ConfigError` that lists every problem with the file,
-the dotted field path, the offending value and what is allowed. Checks that need a
-registry (does workflow ``X`` exist?) live in the packages that own those registries.
+the dotted field path, the offending value and what is allowed. Numbers are strict (no
+boolean or string where a number belongs), floats finite, ranges enforced, token limits
+bounded by the local model's context; the run level also checks that input paths exist and
+outputs can be written. Checks that need a registry (does workflow ``X`` exist? are its
+arguments the ones it declares?) live in the packages that own those registries and use
+:func:`check_component_args` against each component's declared ``Args``.
 """
 
 from __future__ import annotations
