@@ -26,6 +26,7 @@ from trinity.common.config import (
     args_model,
     check_component_args,
     describe_args,
+    is_open,
     load_config,
 )
 
@@ -405,11 +406,29 @@ def test_a_typed_init_is_a_declaration() -> None:
     assert check_component_args(TypedInit, {"tau": 2}, LOC) == ([], [])
 
 
+class TypedWithKwargs:
+    """The guides' style: typed named parameters plus ``**kwargs`` forwarded to a base."""
+
+    def __init__(self, opmd_baseline: str = "mean", tau: float = 1.0, **kwargs: Any) -> None:
+        self.tau = tau
+
+
 def test_undeclared_kwargs_are_accepted_with_a_warning() -> None:
-    assert args_model(Undeclared) is None
+    assert is_open(args_model(Undeclared)) and not args_model(Undeclared).model_fields
     issues, warnings = check_component_args(Undeclared, {"anything": "goes"}, LOC)
     assert not issues and "declares no arguments" in warnings[0] and "anything" in warnings[0]
     assert check_component_args(Undeclared, {}, LOC) == ([], [])
+
+
+def test_named_parameters_next_to_kwargs_are_checked_the_rest_warned() -> None:
+    assert check_component_args(TypedWithKwargs, {"opmd_baseline": "x", "tau": 0.5}, LOC) == (
+        [],
+        [],
+    )
+    issues, _ = check_component_args(TypedWithKwargs, {"tau": "0.5"}, LOC)
+    assert [i.path for i in issues] == ["algorithm.policy_loss_fn_args.tau"]
+    issues, warnings = check_component_args(TypedWithKwargs, {"tau": 0.5, "extra": 1}, LOC)
+    assert not issues and "does not declare ['extra']" in warnings[0]
 
 
 def test_a_subclass_with_its_own_init_is_read_from_it() -> None:

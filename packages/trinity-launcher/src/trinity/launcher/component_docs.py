@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trinity.common.config import args_model, describe_args
+from trinity.common.config import args_model, describe_args, is_open
 
 HEADER = """# Component arguments
 
@@ -69,7 +69,7 @@ def render() -> str:
             model = args_model(cls) if isinstance(cls, type) else None
             rows = describe_args(model)
             out.append(f"### `{name}`\n")
-            if model is None:
+            if model is None or (is_open(model) and not rows):
                 out.append("Declares no arguments: whatever is given is passed unchecked.\n")
                 continue
             if not rows:
@@ -83,6 +83,8 @@ def render() -> str:
                     f"| `{row['name']}` | {_cell(row['type'])} | {_cell(default)} | "
                     f"{_cell(row['range'])} | {_cell(row['description'])} |"
                 )
+            if is_open(model):
+                out.append("\nOther keys go to its `**kwargs`, unchecked.")
             out.append("")
     return "\n".join(out).rstrip() + "\n"
 

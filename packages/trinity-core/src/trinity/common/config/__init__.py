@@ -34,6 +34,7 @@ from ._args import (
     args_model,
     check_component_args,
     describe_args,
+    is_open,
     model_validator,
 )
 from ._core import Config, load_config, save_config
@@ -101,6 +102,7 @@ __all__ = [
     "args_model",
     "check_component_args",
     "describe_args",
+    "is_open",
     # loading / saving
     "load_config",
     "save_config",

@@ -47,6 +47,7 @@ __all__ = [
     "args_model",
     "check_component_args",
     "describe_args",
+    "is_open",
 ]
 
 
@@ -78,13 +79,35 @@ def _declared_args(cls: type) -> Optional[type[BaseModel]]:
     return declared
 
 
+def _open_base(cls: type) -> type[BaseModel]:
+    """Base of a model read from an ``__init__`` with ``**kwargs``: extra keys allowed (they go
+    to ``**kwargs``); the nearest ``Args`` an ancestor declares is kept (kwargs are usually
+    forwarded to it), so its keys are still type-checked."""
+    owner = _owner(cls, "Args")
+    parent = vars(owner)["Args"] if owner is not None else ComponentArgs
+    if not (isinstance(parent, type) and issubclass(parent, BaseModel)):
+        parent = ComponentArgs
+    return type(
+        f"Open{parent.__name__}",
+        (parent,),
+        {"model_config": ConfigDict(extra="allow"), "__module__": __name__},
+    )
+
+
+def is_open(model: Optional[type[BaseModel]]) -> bool:
+    """Whether ``model`` lets unknown keys through (its component takes ``**kwargs``)."""
+    return model is not None and model.model_config.get("extra") == "allow"
+
+
 @functools.cache
 def args_model(cls: type) -> Optional[type[BaseModel]]:
-    """The arguments model of component class ``cls``, or None when it declares none.
+    """The arguments model of component class ``cls`` (None only where it cannot be read).
 
-    ``cls.Args`` where it applies (see the module docstring), else a model built from a typed
-    ``__init__`` without ``**kwargs`` (keys of ``default_args()`` the ``__init__`` does not take
-    are kept as untyped fields: ``build_component`` sets them as attributes).
+    ``cls.Args`` where it applies (see the module docstring); else a model built from the typed
+    ``__init__`` (keys of ``default_args()`` the ``__init__`` does not take are kept as untyped
+    fields: ``build_component`` sets them as attributes). An ``__init__`` with ``**kwargs``
+    gives an *open* model (:func:`is_open`): its named parameters are checked, other keys are
+    let through (validation warns about them).
     """
     declared = _declared_args(cls)
     if declared is not None:
@@ -97,8 +120,7 @@ def args_model(cls: type) -> Optional[type[BaseModel]]:
             params = dict(inspect.signature(init).parameters)
         except (TypeError, ValueError):
             return None
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return None
+    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
     try:
         hints = typing.get_type_hints(init, include_extras=True) if params else {}
     except Exception:  # unresolvable string annotations: keep the names, drop the types
@@ -107,7 +129,7 @@ def args_model(cls: type) -> Optional[type[BaseModel]]:
     for index, (name, param) in enumerate(params.items()):
         if index == 0 and name in ("self", "cls"):
             continue
-        if param.kind in (param.VAR_POSITIONAL, param.POSITIONAL_ONLY):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
             continue
         annotation = hints.get(name, Any)
         default = ... if param.default is param.empty else param.default
@@ -120,8 +142,9 @@ def args_model(cls: type) -> Optional[type[BaseModel]]:
             defaults = {}
         for name, value in defaults.items():
             fields.setdefault(name, (Any, value))
+    base = _open_base(cls) if takes_kwargs else ComponentArgs
     try:
-        return create_model(f"{cls.__name__}Args", __base__=ComponentArgs, **fields)
+        return create_model(f"{cls.__name__}Args", __base__=base, **fields)
     except Exception:  # annotations pydantic cannot validate: treat as undeclared
         return None
 
@@ -156,12 +179,15 @@ def check_component_args(
         return [issue], []
     model = args_model(cls) if derive else _declared_args(cls)
     if model is None:
-        if args and derive:
-            return [], [
-                f"{where}: {name} declares no arguments (no Args model, and its __init__ "
-                f"takes **kwargs), so {sorted(map(str, args))} are passed unchecked"
-            ]
         return [], []
+    warnings: list[str] = []
+    unchecked = sorted(str(k) for k in args if k not in model.model_fields)
+    if is_open(model) and unchecked:
+        if model.model_fields:
+            text = f"does not declare {unchecked} (its __init__ takes **kwargs)"
+        else:
+            text = "declares no arguments (no Args model, and its __init__ takes **kwargs)"
+        warnings.append(f"{where}: {name} {text}, so {unchecked} are passed unchecked")
     try:
         model.model_validate(dict(args))
     except ValidationError as exc:
@@ -172,8 +198,8 @@ def check_component_args(
             issue.message = (
                 f"{issue.message} ({name})" if name not in issue.message else issue.message
             )
-        return issues, []
-    return [], []
+        return issues, warnings
+    return [], warnings
 
 
 def _metadata(annotation: Any) -> list[Any]:

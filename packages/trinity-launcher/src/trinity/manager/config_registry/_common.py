@@ -48,7 +48,7 @@ def args_help(registry: Any, name: Any) -> str:
     :func:`trinity.common.config.args_model`) -- the same one validation checks against and
     the docs list -- so the form's help never disagrees with what a run accepts.
     """
-    from trinity.common.config import args_model, describe_args
+    from trinity.common.config import args_model, describe_args, is_open
 
     try:
         cls = registry.get(name)
@@ -56,9 +56,10 @@ def args_help(registry: Any, name: Any) -> str:
         return ""
     if not isinstance(cls, type):
         return ""
-    rows = describe_args(args_model(cls))
+    model = args_model(cls)
+    rows = describe_args(model)
     if not rows:
-        if args_model(cls) is None:
+        if model is None or is_open(model):
             return f"`{name}` declares no arguments: whatever is given is passed unchecked."
         return f"`{name}` takes no arguments."
     lines = [f"Arguments of `{name}`:"]
@@ -67,4 +68,6 @@ def args_help(registry: Any, name: Any) -> str:
         default = "required" if row["required"] else f"default {row['default']!r}"
         text = f"- `{row['name']}` ({row['type']}{extra}; {default})"
         lines.append(text + (f": {row['description']}" if row["description"] else ""))
+    if is_open(model):
+        lines.append("- other keys go to its `**kwargs`, unchecked")
     return "\n".join(lines)
