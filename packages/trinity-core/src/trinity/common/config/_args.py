@@ -14,13 +14,14 @@ forms and the docs all read that declaration:
 
           def __init__(self, backend: str = "verl", tau: float = 1.0, loss_agg_mode=...): ...
 
-* or implicitly, through a typed ``__init__`` without ``**kwargs``: its parameters (with
+* or implicitly, through a typed ``__init__``: its parameters (with
   ``Annotated[float, Field(ge=0)]`` for a range) become the model.
 
 ``Args`` counts for the class that defines it and for subclasses that keep its ``__init__``; a
 subclass with its own ``__init__`` and no ``Args`` of its own is read from that ``__init__``.
-A component whose ``__init__`` takes ``**kwargs`` and declares no ``Args`` is *undeclared*:
-its arguments are passed unchecked and validation warns. Every built-in declares.
+A component whose ``__init__`` takes ``**kwargs`` and declares no ``Args`` is only partly
+declared (an *open* model, :func:`is_open`): its named parameters are checked, any other key is
+passed unchecked and validation warns. Every built-in declares an ``Args`` model.
 
 Checking is strict: unknown keys are refused with the closest valid name, no bool where a
 number belongs, no string where a number belongs, floats finite, documented ranges enforced.
