@@ -210,3 +210,16 @@ def test_selector_and_priority_function_names_are_checked(tmp_path: Path, at_rep
     assert (
         "linear_decay" in issues["buffer.trainer_input.experience_buffer.replay_buffer.priority_fn"]
     )
+
+
+def test_problems_found_after_loading_get_their_line(tmp_path: Path, at_repo: None) -> None:
+    path = tmp_path / "bad.yaml"
+    data = base(tmp_path)
+    data["algorithm"]["entropy_loss_fn_args"] = {"entropy_cof": 0.1}
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        validate_config(path)
+    [issue] = info.value.errors
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert issue.line is not None and "entropy_cof" in lines[issue.line - 1]
+    assert f"{path}:{issue.line}: algorithm.entropy_loss_fn_args.entropy_cof" in str(info.value)

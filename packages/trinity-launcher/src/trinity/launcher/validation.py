@@ -21,6 +21,7 @@ from trinity.common.config import (
     ConfigIssue,
     check_component_args,
     load_config,
+    locate_issues,
 )
 from trinity.common.rewards import REWARD_FUNCTIONS
 from trinity.common.workflows import WORKFLOWS
@@ -66,9 +67,10 @@ def validate_config(
         extra = _raw_algorithm_args_issues(source, exc.errors)
         if not extra:
             raise
-        for issue in extra:
-            issue.file = exc.source if not isinstance(source, Mapping) else None
-        raise ConfigError(exc.errors + extra, exc.source) from None
+        issues = exc.errors + extra
+        if not isinstance(source, Mapping):
+            issues = locate_issues(issues, os.fspath(source))
+        raise ConfigError(issues, exc.source) from None
     warnings: list[str] = []
     try:
         if config.stages:
@@ -93,9 +95,7 @@ def validate_config(
         if isinstance(source, Mapping):
             raise
         label = os.fspath(source)
-        for issue in exc.errors:
-            issue.file = issue.file or label
-        raise ConfigError(exc.errors, label) from None
+        raise ConfigError(locate_issues(exc.errors, label), label) from None
     issues: list[ConfigIssue] = []
     for index, run in enumerate(runs):
         try:
@@ -114,9 +114,7 @@ def validate_config(
         warnings += [f"stages[{index}]: {w}" if config.stages else w for w in found]
     if issues:
         label = None if isinstance(source, Mapping) else os.fspath(source)
-        for issue in issues:
-            issue.file = issue.file or label
-        raise ConfigError(issues, label)
+        raise ConfigError(locate_issues(issues, label) if label else issues, label)
     return config, warnings
 
 

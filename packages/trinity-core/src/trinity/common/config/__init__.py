@@ -37,7 +37,7 @@ from ._args import (
     is_open,
     model_validator,
 )
-from ._core import Config, load_config, save_config
+from ._core import Config, load_config, locate_issues, save_config
 from ._errors import ConfigError, ConfigIssue, did_you_mean
 from ._sections import (
     DEFAULT_EXPERIENCE_BUFFER_NAME,
@@ -105,6 +105,7 @@ __all__ = [
     "is_open",
     # loading / saving
     "load_config",
+    "locate_issues",
     "save_config",
     "cuda_is_available",
     # top level

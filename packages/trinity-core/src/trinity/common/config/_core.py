@@ -277,6 +277,34 @@ def _locate(issues: list[ConfigIssue], source: Optional[str], yaml_root: Any) ->
     return sorted(issues, key=lambda i: (i.line is None, i.line or 0))
 
 
+def locate_issues(
+    issues: list[ConfigIssue], path: Union[str, os.PathLike[str]]
+) -> list[ConfigIssue]:
+    """Fill the file and line of issues found after loading (component arguments, registry
+    names), from the YAML file at ``path``; sorted by line. Best effort: unreadable -> as is."""
+    label = os.fspath(path)
+    try:
+        root = yaml.compose(Path(label).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except Exception:
+        root = None
+    for issue in issues:
+        if issue.line is None and issue.path:
+            # the path is the truth: callers re-root it (``stages[0].``) without touching loc
+            issue.loc = _parse_path(issue.path)
+    return _locate(issues, label, root)
+
+
+def _parse_path(path: str) -> tuple[Union[str, int], ...]:
+    """``"a.b[2].c"`` -> ``("a", "b", 2, "c")``."""
+    loc: list[Union[str, int]] = []
+    for part in path.split("."):
+        name, *indices = part.split("[")
+        if name:
+            loc.append(name)
+        loc += [int(i.rstrip("]")) for i in indices if i.rstrip("]").isdigit()]
+    return tuple(loc)
+
+
 def _validate(
     data: Any,
     source: Optional[str],
