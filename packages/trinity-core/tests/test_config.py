@@ -62,12 +62,16 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Run-level checks refuse local input paths that do not exist: data sets here are this directory.
+DATA_DIR = str(Path(__file__).resolve().parent)
+
+
 def runnable(**overrides: Any) -> dict[str, Any]:
     """A minimal config that passes the run-level checks in mode both."""
     data: dict[str, Any] = {
         "checkpoint_root_dir": "/tmp/ckpt",
         "model": {"model_path": "/models/qwen", "max_model_len": 2048},
-        "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": "/data/tasks"}}},
+        "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": DATA_DIR}}},
     }
     return merge(data, overrides)
 
@@ -555,7 +559,7 @@ def test_mode_requirements_are_reported_together(cuda) -> None:
     error = load_error(runnable(mode="bench"), check=True)
     assert "eval task set" in issue_at(error, "buffer.explorer_input.eval_tasksets").message
     bench = runnable(
-        mode="bench", buffer={"explorer_input": {"eval_tasksets": [{"path": "/data/eval"}]}}
+        mode="bench", buffer={"explorer_input": {"eval_tasksets": [{"path": DATA_DIR}]}}
     )
     assert load_config(bench, check=True).buffer.explorer_input.eval_tasksets[0].repeat_times == 1
 
@@ -566,7 +570,7 @@ def test_mode_requirements_are_reported_together(cuda) -> None:
         mode="train",
         buffer={
             "train_batch_size": 8,
-            "trainer_input": {"experience_buffer": {"storage_type": "file", "path": "/sft"}},
+            "trainer_input": {"experience_buffer": {"storage_type": "file", "path": DATA_DIR}},
         },
     )
     assert load_config(train, check=True).buffer.trainer_input.experience_buffer.batch_size == 8

@@ -35,7 +35,13 @@ from trinity.algorithm.algorithm import (
     AlgorithmType,
 )
 from trinity.algorithm.utils import build_component
-from trinity.common.config import AlgorithmConfig, Config
+from trinity.common.config import (
+    AlgorithmConfig,
+    Config,
+    ConfigError,
+    ConfigIssue,
+    check_component_args,
+)
 from trinity.utils.log import get_logger
 from trinity.utils.registry import Registry, UnknownModuleError
 
@@ -45,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "apply_algorithm_defaults",
+    "check_algorithm_args",
     "ResolvedAlgorithm",
     "UnknownComponentError",
     "component_registry",
@@ -248,6 +255,8 @@ def resolve_algorithm(
     Raises:
         UnknownComponentError: an unknown algorithm type or component name; the message
             names the field (``algorithm.policy_loss_fn``) and lists the known names.
+        ConfigError: component arguments that the component does not declare, of the wrong
+            type or out of range (every such problem, each located at its key).
     """
     cfg = _as_algorithm_config(algorithm_config)
     user_set = {f for f in cfg.model_fields_set if getattr(cfg, f, None) is not None}
@@ -324,6 +333,12 @@ def resolve_algorithm(
             f"{algo_cls.compute_advantage_in_trainer}"
         )
 
+    # 6. every component's arguments against what it declares (its Args / typed __init__)
+    issues, arg_warnings = check_algorithm_args(classes, values)
+    if issues:
+        raise ConfigError(issues)
+    warnings += arg_warnings
+
     for message in warnings:
         logger.warning(message)
 
@@ -338,6 +353,33 @@ def resolve_algorithm(
         **{f: values[f] for f in COMPONENT_FIELDS},
         **{f"{f}_args": values[f"{f}_args"] for f in COMPONENT_FIELDS},
     )
+
+
+def check_algorithm_args(
+    classes: Mapping[str, type], values: Mapping[str, Any]
+) -> tuple[list[ConfigIssue], list[str]]:
+    """Check each component's merged ``<field>_args`` against its declared arguments.
+
+    ``classes`` maps component fields to classes, ``values`` holds the component names and
+    merged ``<field>_args`` (as :func:`resolve_algorithm` builds them). Returns every issue
+    (located at ``algorithm.<field>_args.<key>``: unknown keys with the closest valid name,
+    strict types, ranges) and a warning per undeclared component given arguments.
+    """
+    issues: list[ConfigIssue] = []
+    warnings: list[str] = []
+    for f in COMPONENT_FIELDS:
+        cls = classes.get(f)
+        if cls is None:
+            continue
+        found, warned = check_component_args(
+            cls,
+            values.get(f"{f}_args") or {},
+            ("algorithm", f"{f}_args"),
+            label=f"{f} {values.get(f)!r}",
+        )
+        issues += found
+        warnings += warned
+    return issues, warnings
 
 
 def apply_algorithm_defaults(config: Config) -> Config:

@@ -20,6 +20,7 @@ from trinity.algorithm.advantage_fn._vectorized import (
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import asymre_advantages, group_stats
+from trinity.algorithm.args import Field, GroupAdvantageArgs
 from trinity.common.experience import Experience
 
 __all__ = ["ASYMREGroupAdvantage"]
@@ -36,6 +37,11 @@ class ASYMREGroupAdvantage(VectorizedGroupAdvantage):
     ``-baseline_shift``; a one-member group 0 (Trinity-RFT: the raw reward,
     ``zero_singletons=False``).
     """
+
+    class Args(GroupAdvantageArgs):
+        """``advantage_fn_args`` of ``asymre``."""
+
+        baseline_shift: float = Field(-0.1, description="Shift added to the group baseline.")
 
     algorithm_name = "asymre"
 

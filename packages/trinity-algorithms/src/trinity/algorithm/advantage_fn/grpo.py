@@ -22,6 +22,7 @@ from trinity.algorithm.advantage_fn._vectorized import (
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import group_stats, grpo_advantages
+from trinity.algorithm.args import Field, GroupAdvantageArgs, NonNegFloat, PosFloat, StdLevel
 from trinity.common.experience import Experience
 
 __all__ = ["GRPOGroupedAdvantage"]
@@ -49,6 +50,22 @@ class GRPOGroupedAdvantage(VectorizedGroupAdvantage):
     One-member groups keep verl's value, ``reward / (1 + epsilon)`` (``zero_singletons=True``
     gives 0); constant groups get exactly 0.
     """
+
+    class Args(GroupAdvantageArgs):
+        """``advantage_fn_args`` of ``grpo``."""
+
+        epsilon: PosFloat = Field(1e-6, description="Added to the std before dividing.")
+        std_threshold: Optional[NonNegFloat] = Field(
+            None, description="Drop groups whose reward std is at or below it."
+        )
+        duplicate_experiences: bool = Field(
+            False, description="Refill dropped groups by duplicating kept ones."
+        )
+        rank_penalty: Optional[NonNegFloat] = Field(
+            None, description="Scale rewards by 1 - rank / n * rank_penalty."
+        )
+        std_cal_level: StdLevel = Field("group", description="group, batch or none.")
+        norm_adv_by_std_in_grpo: bool = Field(True, description="verl's switch; false = none.")
 
     algorithm_name = "grpo"
 

@@ -9,7 +9,7 @@ of the KL-regularized objective with temperature ``tau``.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import torch
 from torch import Tensor
@@ -22,6 +22,7 @@ from trinity.algorithm.advantage_fn._vectorized import (
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import group_stats, opmd_advantages
+from trinity.algorithm.args import Field, GroupAdvantageArgs, PosFloat
 from trinity.common.experience import Experience
 
 __all__ = ["OPMDGroupAdvantage"]
@@ -38,6 +39,14 @@ class OPMDGroupAdvantage(VectorizedGroupAdvantage):
     Metrics: ``group_baseline`` (mean over groups). A one-member group has baseline 0, as in the
     guide (its advantage is its reward; ``zero_singletons=True`` gives it 0).
     """
+
+    class Args(GroupAdvantageArgs):
+        """``advantage_fn_args`` of ``opmd``."""
+
+        opmd_baseline: Literal["mean", "logavgexp"] = Field(
+            "mean", description="Group baseline: mean reward or tau * logavgexp(r / tau)."
+        )
+        tau: PosFloat = Field(1.0, description="Temperature of the logavgexp baseline.")
 
     algorithm_name = "opmd"
 

@@ -19,6 +19,7 @@ from trinity.algorithm.advantage_fn._trainer import (
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN, AdvantageFn
 from trinity.algorithm.advantage_fn.functional import check_finite, gae_advantages_returns
+from trinity.algorithm.args import ComponentArgs, Field, Probability
 from trinity.common.experience import Experiences
 
 __all__ = ["PPOAdvantageFn"]
@@ -38,6 +39,12 @@ class PPOAdvantageFn(AdvantageFn):
     token. Sets ``batch.advantages`` (whitened over the action mask) and ``batch.returns``
     (``advantages + values`` before whitening), both ``[B, R]``.
     """
+
+    class Args(ComponentArgs):
+        """``advantage_fn_args`` of ``ppo`` (GAE)."""
+
+        gamma: Probability = Field(1.0, description="Discount factor.")
+        lam: Probability = Field(1.0, description="GAE lambda.")
 
     def __init__(self, gamma: float = 1.0, lam: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -14,6 +14,7 @@ from torch import Tensor
 from trinity.algorithm.advantage_fn._vectorized import VectorizedGroupAdvantage, experience_rewards
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import group_stats
+from trinity.algorithm.args import GroupAdvantageArgs
 from trinity.common.experience import Experience
 
 __all__ = ["REINFORCEGroupAdvantage"]
@@ -22,6 +23,9 @@ __all__ = ["REINFORCEGroupAdvantage"]
 @ADVANTAGE_FN.register_module("reinforce")
 class REINFORCEGroupAdvantage(VectorizedGroupAdvantage):
     """REINFORCE group advantage (no arguments). Metric: ``reward_mean``."""
+
+    class Args(GroupAdvantageArgs):
+        """``advantage_fn_args`` of ``reinforce``."""
 
     algorithm_name = "reinforce"
 

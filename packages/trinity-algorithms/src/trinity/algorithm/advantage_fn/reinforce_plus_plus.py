@@ -14,6 +14,7 @@ from typing import Any
 from trinity.algorithm.advantage_fn._trainer import batch_token_level_rewards, masked_stats
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN, AdvantageFn
 from trinity.algorithm.advantage_fn.functional import reinforce_plus_plus_advantages_returns
+from trinity.algorithm.args import ComponentArgs, Field, Probability
 from trinity.common.experience import Experiences
 
 __all__ = ["REINFORCEPLUSPLUSAdvantageFn"]
@@ -29,6 +30,11 @@ class REINFORCEPLUSPLUSAdvantageFn(AdvantageFn):
     Sets ``batch.advantages`` (whitened returns times the action mask) and ``batch.returns``
     ``[B, R]``.
     """
+
+    class Args(ComponentArgs):
+        """``advantage_fn_args`` of ``reinforceplusplus``."""
+
+        gamma: Probability = Field(1.0, description="Discount factor.")
 
     def __init__(self, gamma: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)

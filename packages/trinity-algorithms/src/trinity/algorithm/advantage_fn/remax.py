@@ -18,6 +18,7 @@ from trinity.algorithm.advantage_fn._trainer import (
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN, AdvantageFn
 from trinity.algorithm.advantage_fn.functional import check_finite, remax_advantages_returns
+from trinity.algorithm.args import ComponentArgs
 from trinity.common.experience import Experiences
 
 __all__ = ["REMAXAdvantageFn"]
@@ -32,6 +33,9 @@ class REMAXAdvantageFn(AdvantageFn):
     (e.g. a :class:`~trinity.common.experience.CustomField` from
     ``info["reward_baseline"]``). Sets ``batch.advantages`` / ``batch.returns`` ``[B, R]``.
     """
+
+    class Args(ComponentArgs):
+        """``advantage_fn_args`` of ``remax``: none."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

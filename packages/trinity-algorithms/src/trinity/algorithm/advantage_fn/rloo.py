@@ -23,6 +23,7 @@ from trinity.algorithm.advantage_fn._vectorized import (
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import group_stats, rloo_advantages
+from trinity.algorithm.args import GroupAdvantageArgs
 from trinity.common.experience import Experience
 
 __all__ = ["RLOOAdvantageFn"]
@@ -35,6 +36,9 @@ class RLOOAdvantageFn(VectorizedGroupAdvantage):
     A one-member group has no "others": advantage 0 (verl's vectorized RLOO; verl's loop
     version and Trinity-RFT keep the raw reward, ``zero_singletons=False``).
     """
+
+    class Args(GroupAdvantageArgs):
+        """``advantage_fn_args`` of ``rloo``."""
 
     algorithm_name = "rloo"
 

@@ -28,6 +28,7 @@ from trinity.algorithm.advantage_fn._vectorized import (
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN, GroupAdvantage
 from trinity.algorithm.advantage_fn.functional import as_group_index, group_stats, grpo_advantages
+from trinity.algorithm.args import ComponentArgs, Field, NonNegFloat, PosFloat, StdLevel
 from trinity.common.experience import Experience, group_by
 
 __all__ = ["StepWiseGRPOAdvantageFn"]
@@ -53,6 +54,16 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
     ``experience_count``, ``filtered_count``, ``skipped_group_ratio``. A task with a single run
     gets Trinity-RFT's ``return / (1 + epsilon)`` (``zero_singletons=True`` gives 0).
     """
+
+    class Args(ComponentArgs):
+        """``advantage_fn_args`` of ``step_wise_grpo``."""
+
+        epsilon: PosFloat = Field(1e-6, description="Added to the std before dividing.")
+        enable_step_norm: bool = Field(False, description="Divide by the number of steps.")
+        std_cal_level: StdLevel = Field("group", description="group, batch or none.")
+        std_threshold: Optional[NonNegFloat] = Field(
+            None, description="Drop groups whose reward std is at or below it."
+        )
 
     zero_singletons: bool = False
     algorithm_name = "step_wise_grpo"

@@ -16,6 +16,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from trinity.algorithm.args import ComponentArgs, Field, NonNegFloat
 from trinity.algorithm.utils import aggregate_loss
 from trinity.utils.registry import Registry
 
@@ -47,6 +48,11 @@ class EntropyLossFn(ABC):
     Args:
         entropy_coef: weight of the entropy bonus (0 disables it in effect).
     """
+
+    class Args(ComponentArgs):
+        """``entropy_loss_fn_args`` of every entropy term."""
+
+        entropy_coef: NonNegFloat = Field(0.0, description="Entropy bonus coefficient.")
 
     def __init__(self, entropy_coef: float = 0.0) -> None:
         self.entropy_coef = entropy_coef

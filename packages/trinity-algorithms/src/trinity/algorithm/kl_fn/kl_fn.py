@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Optional
 import torch
 from torch import Tensor
 
+from trinity.algorithm.args import ComponentArgs, Field, NonNegFloat, PosFloat
 from trinity.algorithm.utils import aggregate_loss, masked_mean
 from trinity.utils.registry import Registry
 
@@ -139,6 +140,14 @@ class KLFn(ABC):
     Raises:
         ValueError: ``adaptive`` without ``target_kl`` and ``horizon``.
     """
+
+    class Args(ComponentArgs):
+        """``kl_loss_fn_args`` / ``kl_penalty_fn_args`` of every KL estimator."""
+
+        adaptive: bool = Field(False, description="Adapt kl_coef towards target_kl.")
+        kl_coef: NonNegFloat = Field(0.001, description="KL coefficient.")
+        target_kl: Optional[NonNegFloat] = Field(None, description="Target KL (adaptive).")
+        horizon: Optional[PosFloat] = Field(None, description="Adaptation horizon (adaptive).")
 
     #: Estimator name for :func:`compute_kl`; subclasses set it.
     kl_type: ClassVar[str] = ""

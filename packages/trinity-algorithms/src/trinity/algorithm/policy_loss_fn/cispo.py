@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trinity.algorithm.args import Field, NonNegFloat, PolicyLossArgs
 from trinity.algorithm.policy_loss_fn.functional import cispo_loss
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, RatioPolicyLossFn
 
@@ -22,6 +23,15 @@ class CISPOPolicyLossFn(RatioPolicyLossFn):
         mask_truncated: drop tokens whose weight was clipped in the direction the advantage
             pushes (Trinity-RFT's behaviour, default); ``False`` is verl's pure CISPO.
     """
+
+    class Args(PolicyLossArgs):
+        """``policy_loss_fn_args`` of ``cispo``."""
+
+        clip_range_low: NonNegFloat = Field(1.0, description="IS weight clipped at 1 - low.")
+        clip_range_high: NonNegFloat = Field(0.28, description="IS weight clipped at 1 + high.")
+        mask_truncated: bool = Field(
+            True, description="Drop tokens clipped in the direction the advantage pushes."
+        )
 
     loss_fn = staticmethod(cispo_loss)
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
+from trinity.algorithm.args import Field, PolicyLossArgs, PosFloat
 from trinity.algorithm.policy_loss_fn.functional import dpo_loss, metrics_to_floats
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, PolicyLossFn
 
@@ -28,6 +29,14 @@ class DPOLossFn(PolicyLossFn):
             batch is accepted). Off by default: per-pair DPO is the paper's loss. See
             docs/compat.md.
     """
+
+    class Args(PolicyLossArgs):
+        """``policy_loss_fn_args`` of ``dpo`` (``loss_agg_mode`` is accepted, unused)."""
+
+        beta: PosFloat = Field(0.1, description="Inverse temperature of the implicit reward.")
+        label_smoothing: float = Field(
+            0.0, ge=0.0, le=0.5, description="Assumed label-noise rate (conservative DPO)."
+        )
 
     def __init__(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from trinity.algorithm.args import ClipRangeArgs, Field, LossAggMode, NonNegFloat
 from trinity.algorithm.policy_loss_fn.functional import gspo_loss
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, RatioPolicyLossFn
 from trinity.algorithm.policy_loss_fn.ppo import resolve_clip_range
@@ -19,6 +20,14 @@ class GSPOLossFn(RatioPolicyLossFn):
     Trinity-RFT's, after verl PR #2775: the sequence ratio is a per-token geometric mean, so
     the useful ranges are tiny.
     """
+
+    class Args(ClipRangeArgs):
+        """``policy_loss_fn_args`` of ``gspo``."""
+
+        clip_range: Optional[NonNegFloat] = Field(None, description="Symmetric clip epsilon.")
+        clip_range_low: Optional[NonNegFloat] = Field(3e-4, description="Lower clip epsilon.")
+        clip_range_high: Optional[NonNegFloat] = Field(4e-4, description="Upper clip epsilon.")
+        loss_agg_mode: LossAggMode = Field("seq-mean-token-mean", description="Aggregation.")
 
     loss_fn = staticmethod(gspo_loss)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trinity.algorithm.args import PolicyLossArgs
 from trinity.algorithm.policy_loss_fn.functional import (
     importance_sampling_loss,
 )
@@ -16,6 +17,9 @@ class ImportanceSamplingLossFn(RatioPolicyLossFn):
 
     See :func:`~trinity.algorithm.policy_loss_fn.functional.importance_sampling_loss`.
     """
+
+    class Args(PolicyLossArgs):
+        """``policy_loss_fn_args`` of ``importance_sampling``: only the aggregation."""
 
     loss_fn = staticmethod(importance_sampling_loss)
 

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from trinity.algorithm.args import ClipRangeArgs, Field, LossAggMode, PosInt, Probability
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, PolicyLossFn
 from trinity.algorithm.policy_loss_fn.ppo import PPOPolicyLossFn
 from trinity.algorithm.policy_loss_fn.sft import SFTLossFn
@@ -50,6 +51,20 @@ class MIXPolicyLossFn(PolicyLossFn):
         use_token_level_loss_in_sft: Trinity-RFT's older switch of the SFT part's aggregation
             (see :class:`~trinity.algorithm.policy_loss_fn.sft.SFTLossFn`).
     """
+
+    class Args(ClipRangeArgs):
+        """``policy_loss_fn_args`` of ``mix``."""
+
+        mu: Probability = Field(0.1, description="Weight of the SFT part.")
+        clip_ratio_c: float = Field(3.0, gt=1.0, description="The PPO part's dual-clip bound.")
+        use_dynamic_bsz: Optional[bool] = Field(None, description="Micro-batch weighting mode.")
+        ppo_mini_batch_size: PosInt = Field(1, description="Mini-batch size (weighting).")
+        ppo_micro_batch_size_per_gpu: PosInt = Field(1, description="Micro-batch size.")
+        ngpus_trainer: PosInt = Field(1, description="Trainer GPUs (weighting).")
+        train_batch_size_usual: Optional[PosInt] = Field(None, description="Rollout rows.")
+        train_batch_size_expert: Optional[PosInt] = Field(None, description="Expert rows.")
+        sft_loss_agg_mode: Optional[LossAggMode] = Field(None, description="SFT part's mode.")
+        grpo_loss_agg_mode: Optional[LossAggMode] = Field(None, description="PPO part's mode.")
 
     def __init__(
         self,

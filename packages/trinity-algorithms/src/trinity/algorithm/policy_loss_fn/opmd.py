@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
+from trinity.algorithm.args import Field, PolicyLossArgs, PosFloat
 from trinity.algorithm.policy_loss_fn.functional import metrics_to_floats, opmd_loss
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, PolicyLossFn
 
@@ -20,6 +21,11 @@ class OPMDPolicyLossFn(PolicyLossFn):
     advantages come from the ``opmd`` group advantage). See
     :func:`~trinity.algorithm.policy_loss_fn.functional.opmd_loss`.
     """
+
+    class Args(PolicyLossArgs):
+        """``policy_loss_fn_args`` of ``opmd``."""
+
+        tau: PosFloat = Field(1.0, description="Regularisation temperature.")
 
     def __init__(
         self, backend: str = "verl", tau: float = 1.0, loss_agg_mode: str = "token-mean"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from trinity.algorithm.args import ClipRangeArgs, Field, NonNegFloat, PosFloat
 from trinity.algorithm.policy_loss_fn.functional import ppo_clip_loss
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, RatioPolicyLossFn
 
@@ -52,6 +53,23 @@ class PPOPolicyLossFn(RatioPolicyLossFn):
         truncate_adv_neg_is / truncate_is_range_high: where the advantage is negative, cap it
             at ``-A * truncate_is_range_high`` (must exceed ``1 + clip_range_high``).
     """
+
+    class Args(ClipRangeArgs):
+        """``policy_loss_fn_args`` of ``ppo``."""
+
+        clip_ratio_c: float = Field(
+            3.0, gt=1.0, description="Dual-clip bound on the loss of negative-advantage tokens."
+        )
+        enable_sequence_masking: bool = Field(
+            False, description="Drop negative-advantage tokens of sequences far from pi_old."
+        )
+        delta: NonNegFloat = Field(0.1, description="Mean-KL threshold of sequence masking.")
+        truncate_adv_pos_is: Optional[PosFloat] = Field(
+            None, description="Trinity-RFT: cap the IS ratio of positive-advantage tokens."
+        )
+        truncate_adv_neg_is: Optional[PosFloat] = Field(
+            None, description="Trinity-RFT: cap the IS ratio of negative-advantage tokens."
+        )
 
     loss_fn = staticmethod(ppo_clip_loss)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from trinity.algorithm.args import Field, PolicyLossArgs, PosFloat
 from trinity.algorithm.policy_loss_fn.functional import sapo_loss
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, RatioPolicyLossFn
+from trinity.common.config import model_validator
 
 __all__ = ["SAPOPolicyLossFn"]
 
@@ -26,6 +28,18 @@ class SAPOPolicyLossFn(RatioPolicyLossFn):
             instead of the paper's ``-gate * A`` (different loss value and gradient weight;
             see docs/compat.md).
     """
+
+    class Args(PolicyLossArgs):
+        """``policy_loss_fn_args`` of ``sapo`` (``tau_neg >= tau_pos``)."""
+
+        tau_pos: PosFloat = Field(1.0, description="Gate temperature, positive advantages.")
+        tau_neg: PosFloat = Field(1.05, description="Gate temperature, other advantages.")
+
+        @model_validator(mode="after")
+        def _neg_damps_faster(self) -> Any:
+            if self.tau_neg < self.tau_pos:
+                raise ValueError(f"tau_neg ({self.tau_neg}) must be >= tau_pos ({self.tau_pos})")
+            return self
 
     loss_fn = staticmethod(sapo_loss)
 

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 from torch import Tensor
 
+from trinity.algorithm.args import Field, PolicyLossArgs
 from trinity.algorithm.policy_loss_fn.functional import metrics_to_floats, sft_loss
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, PolicyLossFn
 
@@ -22,6 +23,13 @@ class SFTLossFn(PolicyLossFn):
             ``True`` means ``token-mean``, ``False`` means ``seq-mean-token-mean``; when given
             it overrides ``loss_agg_mode``.
     """
+
+    class Args(PolicyLossArgs):
+        """``policy_loss_fn_args`` of ``sft``."""
+
+        use_token_level_loss: Optional[bool] = Field(
+            None, description="Trinity-RFT's old switch: true = token-mean, false = seq-mean."
+        )
 
     def __init__(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trinity.algorithm.args import Field, PolicyLossArgs
 from trinity.algorithm.policy_loss_fn.functional import topr_loss
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, RatioPolicyLossFn
 
@@ -19,6 +20,13 @@ class TOPRPolicyLossFn(RatioPolicyLossFn):
             weight is the truncated ratio ``clip(pi / pi_old, 0, 1)``.
         loss_agg_mode: see :func:`trinity.algorithm.utils.aggregate_loss`.
     """
+
+    class Args(PolicyLossArgs):
+        """``policy_loss_fn_args`` of ``topr``."""
+
+        advantage_threshold: float = Field(
+            0.0, description="Advantages at or below it count as negative examples."
+        )
 
     loss_fn = staticmethod(topr_loss)
 

@@ -33,6 +33,14 @@ from typing import Any, Optional, Union
 
 import torch
 
+from trinity.algorithm.args import (
+    Field,
+    NonNegFloat,
+    NonNegInt,
+    PosInt,
+    Probability,
+    SampleStrategyArgs,
+)
 from trinity.common.experience import CustomField, Experience
 from trinity.common.protocols import ExperienceReader
 from trinity.utils.log import get_logger
@@ -190,6 +198,9 @@ class SampleStrategy(ABC):
 class DefaultSampleStrategy(SampleStrategy):
     """One batch from the main experience buffer."""
 
+    class Args(SampleStrategyArgs):
+        """``sample_strategy_args`` of ``default``."""
+
     async def sample(
         self, step: int, current_model_version: Optional[int] = None
     ) -> tuple[list[Experience], dict[str, float]]:
@@ -208,6 +219,12 @@ class WarmupSampleStrategy(DefaultSampleStrategy):
         sft_warmup_steps: number of warm-up steps (0: behaves as ``default``).
         sft_dataset_name: reader name of the SFT data.
     """
+
+    class Args(SampleStrategyArgs):
+        """``sample_strategy_args`` of ``warmup``."""
+
+        sft_warmup_steps: NonNegInt = Field(0, description="Steps trained on SFT data first.")
+        sft_dataset_name: str = Field("sft_dataset", description="Auxiliary buffer of SFT data.")
 
     def __init__(
         self,
@@ -272,6 +289,15 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
     ``sample/read_attempts``, ``sample/staleness/{mean,max}`` of the returned batch, and the
     ``sample/model_version/*`` metrics.
     """
+
+    class Args(SampleStrategyArgs):
+        """``sample_strategy_args`` of ``staleness_control``."""
+
+        max_staleness: Optional[NonNegFloat] = Field(
+            None, description="Drop experiences more than this many versions old."
+        )
+        drop_unversioned: bool = Field(False, description="Drop experiences without a version.")
+        max_read_attempts: PosInt = Field(64, description="Reads before giving up.")
 
     def __init__(
         self,
@@ -384,6 +410,12 @@ class MixSampleStrategy(SampleStrategy):
         expert_data_ratio: share of expert rows, in ``[0, 1]``.
         sft_dataset_name: reader name of the expert data.
     """
+
+    class Args(SampleStrategyArgs):
+        """``sample_strategy_args`` of ``mix``."""
+
+        expert_data_ratio: Probability = Field(0.5, description="Share of expert rows.")
+        sft_dataset_name: str = Field("sft_dataset", description="Auxiliary buffer of experts.")
 
     def __init__(
         self,

@@ -18,17 +18,31 @@ Validation happens at two levels:
   NCCL weight synchronisation.
 
 Both levels raise a single :class:`ConfigError` that lists every problem with the file,
-the dotted field path, the offending value and what is allowed. Checks that need a
-registry (does workflow ``X`` exist?) live in the packages that own those registries.
+the dotted field path, the offending value and what is allowed. Numbers are strict (no
+boolean or string where a number belongs), floats finite, ranges enforced, token limits
+bounded by the local model's context; the run level also checks that input paths exist and
+outputs can be written. Checks that need a registry (does workflow ``X`` exist? are its
+arguments the ones it declares?) live in the packages that own those registries and use
+:func:`check_component_args` against each component's declared ``Args``.
 """
 
 from __future__ import annotations
 
-from ._core import Config, load_config, save_config
-from ._errors import ConfigError, ConfigIssue
+from ._args import (
+    ComponentArgs,
+    Field,
+    args_model,
+    check_component_args,
+    describe_args,
+    is_open,
+    model_validator,
+)
+from ._core import Config, load_config, locate_issues, save_config
+from ._errors import ConfigError, ConfigIssue, did_you_mean
 from ._sections import (
     DEFAULT_EXPERIENCE_BUFFER_NAME,
     EXPLORER_NAME,
+    MAX_CONTEXT_TOKENS,
     ROLLOUT_WEIGHT_SYNC_GROUP_NAME,
     TRAINER_NAME,
     AlgorithmConfig,
@@ -50,6 +64,7 @@ from ._sections import (
     LogConfig,
     LogLevel,
     LoRAConfig,
+    LossAggMode,
     MegatronParallelConfig,
     ModelConfig,
     MonitorConfig,
@@ -80,8 +95,18 @@ __all__ = [
     # errors
     "ConfigError",
     "ConfigIssue",
+    "did_you_mean",
+    # component arguments
+    "ComponentArgs",
+    "Field",
+    "model_validator",
+    "args_model",
+    "check_component_args",
+    "describe_args",
+    "is_open",
     # loading / saving
     "load_config",
+    "locate_issues",
     "save_config",
     "cuda_is_available",
     # top level
@@ -130,8 +155,10 @@ __all__ = [
     "EngineType",
     "MonitorType",
     "LogLevel",
+    "LossAggMode",
     # constants
     "EXPLORER_NAME",
+    "MAX_CONTEXT_TOKENS",
     "TRAINER_NAME",
     "DEFAULT_EXPERIENCE_BUFFER_NAME",
     "ROLLOUT_WEIGHT_SYNC_GROUP_NAME",

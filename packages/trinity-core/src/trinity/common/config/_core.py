@@ -21,9 +21,11 @@ from pydantic import (
 from ._errors import (
     ConfigError,
     ConfigIssue,
+    _annotation_at,
     _CrossFieldErrors,
     _fmt_loc,
     _issues_from_validation_error,
+    _unwrap,
 )
 from ._rules import _apply_rules
 from ._sections import (
@@ -275,6 +277,34 @@ def _locate(issues: list[ConfigIssue], source: Optional[str], yaml_root: Any) ->
     return sorted(issues, key=lambda i: (i.line is None, i.line or 0))
 
 
+def locate_issues(
+    issues: list[ConfigIssue], path: Union[str, os.PathLike[str]]
+) -> list[ConfigIssue]:
+    """Fill the file and line of issues found after loading (component arguments, registry
+    names), from the YAML file at ``path``; sorted by line. Best effort: unreadable -> as is."""
+    label = os.fspath(path)
+    try:
+        root = yaml.compose(Path(label).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except Exception:
+        root = None
+    for issue in issues:
+        if issue.line is None and issue.path:
+            # the path is the truth: callers re-root it (``stages[0].``) without touching loc
+            issue.loc = _parse_path(issue.path)
+    return _locate(issues, label, root)
+
+
+def _parse_path(path: str) -> tuple[Union[str, int], ...]:
+    """``"a.b[2].c"`` -> ``("a", "b", 2, "c")``."""
+    loc: list[Union[str, int]] = []
+    for part in path.split("."):
+        name, *indices = part.split("[")
+        if name:
+            loc.append(name)
+        loc += [int(i.rstrip("]")) for i in indices if i.rstrip("]").isdigit()]
+    return tuple(loc)
+
+
 def _validate(
     data: Any,
     source: Optional[str],
@@ -319,6 +349,7 @@ def _resolve_omegaconf(
             except Exception as exc:  # interpolation / missing-value errors
                 issues.append(_interpolation_issue(node, key, loc + (key,), exc))
                 continue
+            value = _decode_interpolated(node, key, value, loc + (key,))
             out[key] = _resolve_omegaconf(value, loc + (key,), issues)
         return out
     if isinstance(node, ListConfig):
@@ -329,9 +360,34 @@ def _resolve_omegaconf(
             except Exception as exc:
                 issues.append(_interpolation_issue(node, index, loc + (index,), exc))
                 continue
+            value = _decode_interpolated(node, index, value, loc + (index,))
             items.append(_resolve_omegaconf(value, loc + (index,), issues))
         return items
     return node
+
+
+def _decode_interpolated(
+    container: Any, key: Any, value: Any, loc: tuple[Union[str, int], ...]
+) -> Any:
+    """``${oc.env:LEN,4096}`` resolves to the string ``"4096"``: where the schema expects a
+    number, read it as the YAML scalar it stands for (numbers are strict otherwise)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        if not container._get_node(key)._is_interpolation():
+            return value
+    except Exception:  # pragma: no cover - best effort
+        return value
+    ann = _annotation_at(Config, loc)
+    if _unwrap(ann) not in (int, float):
+        return value
+    text = value.strip()
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            continue
+    return value
 
 
 def _interpolation_issue(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import types
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import (
@@ -107,6 +108,20 @@ def _unwrap(ann: Any) -> Any:
         return ann
 
 
+def _literal_choices(ann: Any) -> list[str]:
+    """The string values of a ``Literal`` annotation (empty for anything else)."""
+    ann = _unwrap(ann)
+    if get_origin(ann) is Literal:
+        return [a for a in get_args(ann) if isinstance(a, str)]
+    return []
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``known`` to ``name``, or ``""``."""
+    match = difflib.get_close_matches(str(name), sorted(map(str, known)), n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
 def _is_model(ann: Any) -> bool:
     return isinstance(ann, type) and issubclass(ann, BaseModel)
 
@@ -201,6 +216,10 @@ _TYPE_ERRORS = {
 }
 
 
+#: No model has a context this long (the longest are ~10M tokens): a larger token limit is a
+#: typo, refused at validation rather than by the engine at start-up.
+MAX_CONTEXT_TOKENS = 1 << 24
+
 _BOUND_ERRORS = {
     "greater_than_equal": "must be >= {ge}",
     "greater_than": "must be > {gt}",
@@ -246,7 +265,15 @@ def _issues_from_validation_error(
         elif etype in ("literal_error", "enum"):
             expected = ctx.get("expected", "")
             message = f"invalid value {_short(value)}; allowed values: {expected}"
+            choices = _literal_choices(_annotation_at(root, loc))
+            if isinstance(value, str) and choices:
+                match = difflib.get_close_matches(value.strip().lower(), choices, n=1, cutoff=0.5)
+                if match:
+                    message += f"; did you mean '{match[0]}'?"
             kind = "invalid_choice"
+        elif etype == "finite_number":
+            message = f"must be a finite number, got {_short(value)}"
+            kind = "out_of_range"
         elif etype == "missing":
             message = "required key is missing"
             value = None
@@ -261,6 +288,8 @@ def _issues_from_validation_error(
             except (KeyError, IndexError):
                 bound = err.get("msg", "out of range")
             message = f"{bound}, got {_short(value)}"
+            if etype == "less_than_equal" and ctx.get("le") == MAX_CONTEXT_TOKENS:
+                message += " (no model has a context that long)"
             kind = "out_of_range"
         elif etype in ("value_error", "assertion_error"):
             message = str(error_obj) if error_obj is not None else err.get("msg", "")

@@ -17,6 +17,7 @@ from ._sections import (
     InferenceModelConfig,
     TasksetConfig,
 )
+from ._usable import rule_model_context, rule_paths
 from ._utils import _Checker, _set_derived
 
 if TYPE_CHECKING:
@@ -39,8 +40,10 @@ def _apply_rules(c: _Checker) -> None:
     _rule_buffer(c, cfg)
     _rule_trainer(c, cfg)
     _rule_data_processor(c, cfg)
+    rule_model_context(c, cfg)
     if c.run_checks:
         _rule_run(c, cfg)
+        rule_paths(c, cfg)
 
 
 def _rule_global(c: _Checker, cfg: Config) -> None:

@@ -10,8 +10,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
 )
 
+from ._errors import MAX_CONTEXT_TOKENS
 from ._utils import _intent_dump
 
 EXPLORER_NAME = "explorer"
@@ -24,6 +26,17 @@ PLUGIN_DIRS_ENV_VAR = "TRINITY_PLUGIN_DIRS"
 LOG_DIR_ENV_VAR = "TRINITY_LOG_DIR"
 LOG_LEVEL_ENV_VAR = "TRINITY_LOG_LEVEL"
 LOG_NODE_IP_ENV_VAR = "TRINITY_LOG_NODE_IP"
+
+
+# --------------------------------------------------------------------------------------
+# Strict numbers: YAML gives native ints, floats and booleans, so a boolean or a string where a
+# number belongs is a mistake, never something to coerce (``true`` would be 1 step, ``"1e-3"``
+# a string that a later ``float()`` may or may not accept). Floats must be finite (``_Section``
+# sets ``allow_inf_nan=False``); ints are accepted where a float is expected.
+# --------------------------------------------------------------------------------------
+
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
 
 
 # --------------------------------------------------------------------------------------
@@ -77,6 +90,7 @@ TrainerStrategy = Annotated[Literal["fsdp", "fsdp2", "megatron"], _normalized()]
 SaveStrategy = Annotated[
     Literal["single_thread", "single_process", "single_node", "unrestricted"], _normalized()
 ]
+LRSchedulerType = Annotated[Literal["constant", "cosine"], _normalized()]
 SaveHFCheckpoint = Annotated[Literal["last", "always", "never"], _normalized()]
 
 _SAVING_MODES = {"both", "train", "explore", "bench"}
@@ -94,7 +108,9 @@ def _stringify_values(value: Any) -> Any:
 class _Section(BaseModel):
     """Base of every config section: unknown keys are errors, never silently dropped."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_default=False)
+    model_config = ConfigDict(
+        extra="forbid", protected_namespaces=(), validate_default=False, allow_inf_nan=False
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -149,16 +165,19 @@ class GenerationConfig(_Section):
     from the ``model`` section; ``max_tokens`` defaults to ``model.max_response_tokens``.
     """
 
-    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
-    top_k: int = Field(-1, description="Top-k sampling; -1 disables it.")
-    logprobs: Optional[int] = Field(
-        0, description="Number of top logprobs to return per token (the engine returns +1)."
+    temperature: Float = Field(1.0, ge=0.0, description="Sampling temperature.")
+    top_p: Float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
+    top_k: Int = Field(-1, ge=-1, description="Top-k sampling; -1 disables it.")
+    logprobs: Optional[Int] = Field(
+        0, ge=0, description="Number of top logprobs to return per token (the engine returns +1)."
     )
-    max_tokens: Optional[int] = Field(
-        None, ge=1, description="Maximum response tokens; defaults to model.max_response_tokens."
+    max_tokens: Optional[Int] = Field(
+        None,
+        ge=1,
+        le=MAX_CONTEXT_TOKENS,
+        description="Maximum response tokens; defaults to model.max_response_tokens.",
     )
-    n: int = Field(
+    n: Int = Field(
         1,
         ge=1,
         description="Responses per request. Set by the explorer from repeat_times; do not set.",
@@ -171,7 +190,7 @@ class DataSelectorConfig(_Section):
     selector_type: Optional[str] = Field(
         "sequential", description="Registered selector name (resolved by trinity-buffer)."
     )
-    seed: int = Field(42, description="Seed for random selectors.")
+    seed: Int = Field(42, description="Seed for random selectors.")
     feature_keys: list[str] = Field(
         default_factory=list, description="Sample features used by difficulty-based selectors."
     )
@@ -183,8 +202,8 @@ class ReplayBufferConfig(_Section):
 
     enable: bool = Field(False, description="Enable priority replay for this queue.")
     priority_fn: str = Field("linear_decay", description="Registered priority function name.")
-    reuse_cooldown_time: Optional[float] = Field(
-        None, description="Seconds before a used experience may be sampled again."
+    reuse_cooldown_time: Optional[Float] = Field(
+        None, ge=0.0, description="Seconds before a used experience may be sampled again."
     )
     priority_fn_args: dict[str, Any] = Field(
         default_factory=lambda: {"decay": 2.0}, description="Arguments of the priority function."
@@ -213,7 +232,7 @@ class StorageConfig(_Section):
     format: FormatConfig = Field(
         default_factory=FormatConfig, description="How records map onto prompts and responses."
     )
-    repeat_times: Optional[int] = Field(
+    repeat_times: Optional[Int] = Field(
         None,
         ge=1,
         description=(
@@ -221,7 +240,7 @@ class StorageConfig(_Section):
             "eval task sets default to 1."
         ),
     )
-    index: int = Field(0, ge=0, description="Read position; restored from checkpoints.")
+    index: Int = Field(0, ge=0, description="Read position; restored from checkpoints.")
 
     # rollout tasks
     default_workflow_type: Optional[str] = Field(
@@ -250,8 +269,8 @@ class StorageConfig(_Section):
     enable_progress_bar: bool = Field(False, description="Show a progress bar while reading.")
 
     # queue storage
-    capacity: int = Field(10000, ge=1, description="Maximum number of items held by a queue.")
-    max_read_timeout: float = Field(
+    capacity: Int = Field(10000, ge=1, description="Maximum number of items held by a queue.")
+    max_read_timeout: Float = Field(
         1800, gt=0, description="Seconds a reader waits for enough items before giving up."
     )
     replay_buffer: Optional[ReplayBufferConfig] = Field(
@@ -259,8 +278,8 @@ class StorageConfig(_Section):
     )
 
     # sql storage
-    max_retry_times: int = Field(3, ge=0, description="Retries of a failed SQL operation.")
-    max_retry_interval: int = Field(1, ge=0, description="Seconds between SQL retries.")
+    max_retry_times: Int = Field(3, ge=0, description="Retries of a failed SQL operation.")
+    max_retry_interval: Int = Field(1, ge=0, description="Seconds between SQL retries.")
 
     # set automatically (Trinity-RFT: "DO NOT SET")
     ray_namespace: Optional[str] = Field(None, description="Ray namespace; set automatically.")
@@ -268,10 +287,10 @@ class StorageConfig(_Section):
     schema_type: Optional[str] = Field(
         None, description="Experience schema; set from the algorithm by the trainer."
     )
-    total_epochs: int = Field(1, ge=1, description="Set from buffer.total_epochs.")
-    total_steps: Optional[int] = Field(None, ge=1, description="Set from buffer.total_steps.")
-    batch_size: int = Field(0, ge=0, description="Set from buffer.(train_)batch_size.")
-    min_batch_size: int = Field(
+    total_epochs: Int = Field(1, ge=1, description="Set from buffer.total_epochs.")
+    total_steps: Optional[Int] = Field(None, ge=1, description="Set from buffer.total_steps.")
+    batch_size: Int = Field(0, ge=0, description="Set from buffer.(train_)batch_size.")
+    min_batch_size: Int = Field(
         0,
         ge=0,
         description=(
@@ -337,7 +356,7 @@ class TaskPipelineConfig(_Section):
     operators: list[OperatorConfig] = Field(
         default_factory=list, description="Operators, applied in order."
     )
-    num_process: int = Field(4, ge=1, description="Worker processes.")
+    num_process: Int = Field(4, ge=1, description="Worker processes.")
     config_path: Optional[str] = Field(
         None, description="A Data-Juicer config file; overrides operators and num_process."
     )
@@ -348,10 +367,12 @@ class TaskPipelineConfig(_Section):
     target_fields: list[str] = Field(
         default_factory=list, description="Fields carried into the output task set."
     )
-    priority_weights: dict[str, float] = Field(
+    priority_weights: dict[str, Float] = Field(
         default_factory=dict, description="Weights (difficulty, diversity, ...) for priorities."
     )
-    top_k: int = Field(-1, description="Keep the top-k samples after processing; -1 keeps all.")
+    top_k: Int = Field(
+        -1, ge=-1, description="Keep the top-k samples after processing; -1 keeps all."
+    )
 
 
 class DataProcessorConfig(_Section):
@@ -378,8 +399,8 @@ class LoRAConfig(_Section):
         None, description="Adapter weights; a blank one is created if unset."
     )
     base_model_name: Optional[str] = Field(None, description="Base model name for the engine.")
-    lora_rank: int = Field(32, ge=1, description="LoRA rank.")
-    lora_alpha: int = Field(32, ge=1, description="LoRA alpha.")
+    lora_rank: Int = Field(32, ge=1, description="LoRA rank.")
+    lora_alpha: Int = Field(32, ge=1, description="LoRA alpha.")
     lora_dtype: str = Field("auto", description="LoRA weight dtype.")
     target_modules: str = Field("all-linear", description="Modules that get adapters.")
     exclude_modules: Optional[str] = Field(None, description="Modules excluded from adapters.")
@@ -390,8 +411,8 @@ class TinkerConfig(_Section):
     """Use the Tinker service for training and sampling instead of local engines."""
 
     enable: bool = Field(False, description="Train through Tinker.")
-    rank: int = Field(16, ge=1, description="LoRA rank used by Tinker.")
-    seed: Optional[int] = Field(None, description="Seed for Tinker.")
+    rank: Int = Field(16, ge=1, description="LoRA rank used by Tinker.")
+    seed: Optional[Int] = Field(None, description="Seed for Tinker.")
     train_mlp: bool = Field(True, description="Train MLP layers.")
     train_attn: bool = Field(True, description="Train attention layers.")
     train_unembed: bool = Field(True, description="Train the unembedding layer.")
@@ -419,22 +440,27 @@ class ModelConfig(_Section):
     chat_template_path: Optional[str] = Field(
         None, description="File with a chat template; read when custom_chat_template is unset."
     )
-    temperature: float = Field(1.0, ge=0.0, description="Default sampling temperature.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Default nucleus sampling threshold.")
-    top_k: int = Field(-1, description="Default top-k; -1 disables it.")
-    logprobs: int = Field(0, ge=0, description="Default number of top logprobs per token.")
-    max_model_len: Optional[int] = Field(
+    temperature: Float = Field(1.0, ge=0.0, description="Default sampling temperature.")
+    top_p: Float = Field(1.0, gt=0.0, le=1.0, description="Default nucleus sampling threshold.")
+    top_k: Int = Field(-1, ge=-1, description="Default top-k; -1 disables it.")
+    logprobs: Int = Field(0, ge=0, description="Default number of top logprobs per token.")
+    max_model_len: Optional[Int] = Field(
         None,
         ge=1,
+        le=MAX_CONTEXT_TOKENS,
         description="Context length; defaults to max_prompt_tokens + max_response_tokens.",
     )
-    max_prompt_tokens: Optional[int] = Field(None, ge=1, description="Maximum prompt tokens.")
-    max_response_tokens: Optional[int] = Field(None, ge=1, description="Maximum response tokens.")
-    min_response_tokens: int = Field(0, ge=0, description="Minimum response tokens.")
+    max_prompt_tokens: Optional[Int] = Field(
+        None, ge=1, le=MAX_CONTEXT_TOKENS, description="Maximum prompt tokens."
+    )
+    max_response_tokens: Optional[Int] = Field(
+        None, ge=1, le=MAX_CONTEXT_TOKENS, description="Maximum response tokens."
+    )
+    min_response_tokens: Int = Field(0, ge=0, description="Minimum response tokens.")
     enable_prompt_truncation: bool = Field(
         True, description="Truncate prompts to max_prompt_tokens (not in OpenAI API mode)."
     )
-    repetition_penalty: float = Field(1.0, gt=0.0, description="Repetition penalty.")
+    repetition_penalty: Float = Field(1.0, gt=0.0, description="Repetition penalty.")
     enable_thinking: Optional[bool] = Field(
         None, description="Thinking mode for Qwen3-style models."
     )
@@ -442,9 +468,9 @@ class ModelConfig(_Section):
         None, description="LoRA adapters to train (at most one for now)."
     )
     fully_sharded_loras: bool = Field(False, description="Shard LoRA weights in the engine.")
-    max_cpu_loras: Optional[int] = Field(None, ge=1, description="LoRA adapters cached on CPU.")
+    max_cpu_loras: Optional[Int] = Field(None, ge=1, description="LoRA adapters cached on CPU.")
     rope_scaling: Optional[dict[str, Any]] = Field(None, description="RoPE scaling override.")
-    rope_theta: Optional[float] = Field(None, description="RoPE theta override.")
+    rope_theta: Optional[Float] = Field(None, gt=0.0, description="RoPE theta override.")
     tinker: TinkerConfig = Field(default_factory=TinkerConfig, description="Tinker service.")
     external_model: ExternalModelConfig = Field(
         default_factory=ExternalModelConfig, description="External OpenAI-compatible model."
@@ -462,12 +488,12 @@ class InferenceModelConfig(_Section):
     engine_type: EngineType = Field(
         "vllm", description="vllm, transformers (no vLLM needed), sglang, tinker or external."
     )
-    engine_num: int = Field(1, ge=1, description="Number of engine replicas.")
-    tensor_parallel_size: int = Field(1, ge=0, description="Tensor parallel size per engine.")
-    data_parallel_size: int = Field(1, ge=0, description="Data parallel size per engine.")
-    pipeline_parallel_size: int = Field(1, ge=0, description="Pipeline parallel size per engine.")
+    engine_num: Int = Field(1, ge=1, description="Number of engine replicas.")
+    tensor_parallel_size: Int = Field(1, ge=0, description="Tensor parallel size per engine.")
+    data_parallel_size: Int = Field(1, ge=0, description="Data parallel size per engine.")
+    pipeline_parallel_size: Int = Field(1, ge=0, description="Pipeline parallel size per engine.")
     enable_expert_parallel: bool = Field(False, description="Expert parallelism for MoE models.")
-    gpu_per_engine: int = Field(0, ge=0, description="Computed as TP * DP * PP; do not set.")
+    gpu_per_engine: Int = Field(0, ge=0, description="Computed as TP * DP * PP; do not set.")
     extra_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Extra engine-specific initialisation arguments."
     )
@@ -475,30 +501,32 @@ class InferenceModelConfig(_Section):
     enforce_eager: bool = Field(False, description="Disable CUDA graphs.")
     enable_prefix_caching: bool = Field(True, description="Enable prefix caching.")
     enable_chunked_prefill: bool = Field(True, description="Enable chunked prefill.")
-    gpu_memory_utilization: float = Field(
+    gpu_memory_utilization: Float = Field(
         0.9, gt=0.0, le=1.0, description="Fraction of GPU memory the engine may use."
     )
     dtype: DType = Field("bfloat16", description="Weights / activations dtype.")
-    seed: int = Field(42, description="Sampling seed.")
-    temperature: Optional[float] = Field(None, description="Defaults to model.temperature.")
-    top_p: Optional[float] = Field(None, description="Defaults to model.top_p.")
-    top_k: Optional[int] = Field(None, description="Defaults to model.top_k.")
-    logprobs: Optional[int] = Field(None, description="Defaults to model.logprobs.")
-    max_model_len: Optional[int] = Field(None, ge=1, description="Defaults to model.max_model_len.")
-    max_prompt_tokens: Optional[int] = Field(
-        None, ge=1, description="Defaults to model.max_prompt_tokens."
+    seed: Int = Field(42, description="Sampling seed.")
+    temperature: Optional[Float] = Field(None, ge=0.0, description="Defaults to model.temperature.")
+    top_p: Optional[Float] = Field(None, gt=0.0, le=1.0, description="Defaults to model.top_p.")
+    top_k: Optional[Int] = Field(None, ge=-1, description="Defaults to model.top_k.")
+    logprobs: Optional[Int] = Field(None, ge=0, description="Defaults to model.logprobs.")
+    max_model_len: Optional[Int] = Field(
+        None, ge=1, le=MAX_CONTEXT_TOKENS, description="Defaults to model.max_model_len."
     )
-    max_response_tokens: Optional[int] = Field(
-        None, ge=1, description="Defaults to model.max_response_tokens."
+    max_prompt_tokens: Optional[Int] = Field(
+        None, ge=1, le=MAX_CONTEXT_TOKENS, description="Defaults to model.max_prompt_tokens."
     )
-    min_response_tokens: Optional[int] = Field(
+    max_response_tokens: Optional[Int] = Field(
+        None, ge=1, le=MAX_CONTEXT_TOKENS, description="Defaults to model.max_response_tokens."
+    )
+    min_response_tokens: Optional[Int] = Field(
         None, ge=0, description="Defaults to model.min_response_tokens."
     )
     enable_prompt_truncation: Optional[bool] = Field(
         None, description="Defaults to model.enable_prompt_truncation."
     )
-    repetition_penalty: Optional[float] = Field(
-        None, description="Defaults to model.repetition_penalty."
+    repetition_penalty: Optional[Float] = Field(
+        None, gt=0.0, description="Defaults to model.repetition_penalty."
     )
     ignore_eos: bool = Field(False, description="Ignore EOS (long-generation tests only).")
     enable_multimodal: bool = Field(False, description="Serve a multi-modal model.")
@@ -511,7 +539,7 @@ class InferenceModelConfig(_Section):
     )
     enable_openai_api: bool = Field(False, description="Expose an OpenAI-compatible server.")
     enable_log_requests: bool = Field(False, description="Log requests in the API server.")
-    base_port: Optional[int] = Field(None, ge=1, le=65535, description="First API server port.")
+    base_port: Optional[Int] = Field(None, ge=1, le=65535, description="First API server port.")
     api_key: str = Field("EMPTY", description="API key of the OpenAI-compatible server.")
     enable_auto_tool_choice: bool = Field(False, description="Automatic tool choice (OpenAI API).")
     tool_call_parser: Optional[str] = Field(None, description="Tool-call parser name.")
@@ -519,17 +547,17 @@ class InferenceModelConfig(_Section):
     external_model_config: ExternalModelConfig = Field(
         default_factory=ExternalModelConfig, description="Copied from model.external_model."
     )
-    weight_sync_buffer_size: int = Field(
+    weight_sync_buffer_size: Int = Field(
         1024, ge=1, description="Buffer (MB) for batched NCCL weight sync."
     )
     rope_scaling: Optional[dict[str, Any]] = Field(None, description="Defaults to the model's.")
-    rope_theta: Optional[float] = Field(None, description="Defaults to the model's.")
+    rope_theta: Optional[Float] = Field(None, gt=0.0, description="Defaults to the model's.")
     # set automatically
-    nnodes: int = Field(1, ge=1, description="Nodes spanned by one engine; computed.")
-    node_rank: int = Field(0, ge=0, description="Set by the launcher.")
+    nnodes: Int = Field(1, ge=1, description="Nodes spanned by one engine; computed.")
+    node_rank: Int = Field(0, ge=0, description="Set by the launcher.")
     enable_return_routed_experts: bool = Field(False, description="From algorithm router replay.")
     bundle_indices: str = Field("", description="Set by the launcher.")
-    engine_id: int = Field(0, ge=0, description="Set by the launcher.")
+    engine_id: Int = Field(0, ge=0, description="Set by the launcher.")
     ray_namespace: Optional[str] = Field(None, description="Set from Config.ray_namespace.")
     ray_actor_name: Optional[str] = Field(None, description="Set by the launcher.")
     sync_method: Optional[SyncMethodName] = Field(None, description="Set from the synchronizer.")
@@ -549,22 +577,24 @@ class InferenceModelConfig(_Section):
 class OptimizerConfig(_Section):
     """Optimizer and learning-rate schedule of the policy model."""
 
-    lr: float = Field(1e-6, gt=0.0, description="Peak learning rate.")
-    lr_warmup_steps: int = Field(-1, description="Warm-up steps; -1 uses lr_warmup_steps_ratio.")
-    lr_warmup_steps_ratio: float = Field(
+    lr: Float = Field(1e-6, gt=0.0, description="Peak learning rate.")
+    lr_warmup_steps: Int = Field(
+        -1, ge=-1, description="Warm-up steps; -1 uses lr_warmup_steps_ratio."
+    )
+    lr_warmup_steps_ratio: Float = Field(
         0.0, ge=0.0, le=1.0, description="Warm-up steps as a fraction of total steps."
     )
-    min_lr_ratio: float = Field(0.01, ge=0.0, le=1.0, description="Final lr as a fraction of lr.")
-    warmup_style: Optional[str] = Field(
+    min_lr_ratio: Float = Field(0.01, ge=0.0, le=1.0, description="Final lr as a fraction of lr.")
+    warmup_style: Optional[LRSchedulerType] = Field(
         None, description="Deprecated; copied into lr_scheduler_type."
     )
-    lr_scheduler_type: str = Field("constant", description="constant, cosine, ...")
+    lr_scheduler_type: LRSchedulerType = Field("constant", description="constant or cosine.")
     optimizer_type: str = Field("adam", description="adam, adamw, sgd, ...")
-    betas: list[float] = Field(
+    betas: list[Annotated[Float, Field(ge=0.0, lt=1.0)]] = Field(
         default_factory=lambda: [0.9, 0.999], min_length=2, max_length=2, description="Adam betas."
     )
-    weight_decay: float = Field(0.01, ge=0.0, description="Weight decay.")
-    clip_grad: float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
+    weight_decay: Float = Field(0.01, ge=0.0, description="Weight decay.")
+    clip_grad: Float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
 
 
 class AlgorithmConfig(_Section):
@@ -575,7 +605,7 @@ class AlgorithmConfig(_Section):
     """
 
     algorithm_type: str = Field("ppo", description="Registered algorithm: ppo, grpo, opmd, sft...")
-    repeat_times: int = Field(1, ge=1, description="Rollouts per task (group size for GRPO).")
+    repeat_times: Int = Field(1, ge=1, description="Rollouts per task (group size for GRPO).")
     optimizer: OptimizerConfig = Field(
         default_factory=OptimizerConfig, description="Policy optimizer."
     )
@@ -614,15 +644,15 @@ class ClusterConfig(_Section):
     """Ray cluster resources. 0 means 'detect at start-up'."""
 
     ray_address: str = Field("auto", description="Ray address; 'auto' starts or joins locally.")
-    node_num: int = Field(0, ge=0, description="Nodes; 0 detects them from Ray.")
-    gpu_per_node: int = Field(0, ge=0, description="GPUs per node; 0 detects them from Ray.")
-    total_gpu_num: int = Field(0, ge=0, description="Computed.")
-    rollout_gpu_num: int = Field(0, ge=0, description="Computed.")
-    auxiliary_model_gpu_num: int = Field(0, ge=0, description="Computed.")
-    explorer_gpu_num: int = Field(0, ge=0, description="Computed.")
-    trainer_gpu_num: int = Field(0, ge=0, description="Computed.")
-    trainer_node_num: int = Field(0, ge=0, description="Computed.")
-    trainer_gpu_num_per_node: int = Field(0, ge=0, description="Computed.")
+    node_num: Int = Field(0, ge=0, description="Nodes; 0 detects them from Ray.")
+    gpu_per_node: Int = Field(0, ge=0, description="GPUs per node; 0 detects them from Ray.")
+    total_gpu_num: Int = Field(0, ge=0, description="Computed.")
+    rollout_gpu_num: Int = Field(0, ge=0, description="Computed.")
+    auxiliary_model_gpu_num: Int = Field(0, ge=0, description="Computed.")
+    explorer_gpu_num: Int = Field(0, ge=0, description="Computed.")
+    trainer_gpu_num: Int = Field(0, ge=0, description="Computed.")
+    trainer_node_num: Int = Field(0, ge=0, description="Computed.")
+    trainer_gpu_num_per_node: Int = Field(0, ge=0, description="Computed.")
 
 
 class ExplorerInput(_Section):
@@ -664,12 +694,12 @@ class TrainerInput(_Section):
 class BufferConfig(_Section):
     """Batch sizes and the storages connecting explorer and trainer."""
 
-    batch_size: int = Field(1, ge=1, description="Tasks per explore step.")
-    train_batch_size: int = Field(
+    batch_size: Int = Field(1, ge=1, description="Tasks per explore step.")
+    train_batch_size: Int = Field(
         0, ge=0, description="Experiences per train step; 0 means batch_size * repeat_times."
     )
-    total_epochs: int = Field(1, ge=1, description="Passes over the train task set.")
-    total_steps: Optional[int] = Field(None, ge=1, description="Stop after this many steps.")
+    total_epochs: Int = Field(1, ge=1, description="Passes over the train task set.")
+    total_steps: Optional[Int] = Field(None, ge=1, description="Stop after this many steps.")
     explorer_input: ExplorerInput = Field(
         default_factory=ExplorerInput, description="Inputs of the explorer."
     )
@@ -684,10 +714,10 @@ class BufferConfig(_Section):
 class OverRolloutConfig(_Section):
     """Start training before the slowest tasks of a step finish."""
 
-    ratio: float = Field(
+    ratio: Float = Field(
         0.0, ge=0.0, lt=1.0, description="Fraction of a step's tasks the explorer may skip."
     )
-    wait_after_min: float = Field(30.0, ge=0.0, description="Seconds to wait after the minimum.")
+    wait_after_min: Float = Field(30.0, ge=0.0, description="Seconds to wait after the minimum.")
     return_partial_tasks: bool = Field(False, description="Keep tasks with partial results.")
 
 
@@ -695,8 +725,8 @@ class DynamicTimeoutConfig(_Section):
     """Per-step task timeout derived from observed task durations."""
 
     enable: bool = Field(False, description="Enable dynamic timeouts.")
-    warmup_min_steps: int = Field(1, ge=0, description="Fully observed steps before enabling.")
-    ratio: float = Field(3.0, gt=0.0, description="Timeout = average task time * ratio.")
+    warmup_min_steps: Int = Field(1, ge=0, description="Fully observed steps before enabling.")
+    ratio: Float = Field(3.0, gt=0.0, description="Timeout = average task time * ratio.")
 
 
 class ExplorerConfig(_Section):
@@ -704,10 +734,10 @@ class ExplorerConfig(_Section):
 
     name: str = Field(EXPLORER_NAME, description="Ray actor name of the explorer.")
     mode: Optional[RunMode] = Field(None, description="Copied from Config.mode; do not set.")
-    runner_per_model: int = Field(8, ge=1, description="Workflow runners per rollout engine.")
-    max_timeout: int = Field(1800, ge=1, description="Seconds a task may run.")
-    max_retry_times: int = Field(2, ge=0, description="Retries of a failed or timed-out task.")
-    min_batch_fraction: float = Field(
+    runner_per_model: Int = Field(8, ge=1, description="Workflow runners per rollout engine.")
+    max_timeout: Int = Field(1800, ge=1, description="Seconds a task may run.")
+    max_retry_times: Int = Field(2, ge=0, description="Retries of a failed or timed-out task.")
+    min_batch_fraction: Float = Field(
         0.5,
         gt=0.0,
         le=1.0,
@@ -716,7 +746,7 @@ class ExplorerConfig(_Section):
             "replacement tasks. The trainer trains on what the step produced."
         ),
     )
-    max_replacement_rounds: int = Field(
+    max_replacement_rounds: Int = Field(
         3,
         ge=0,
         description=(
@@ -724,7 +754,7 @@ class ExplorerConfig(_Section):
             "min_batch_fraction (a step with no experience at all stops the run)."
         ),
     )
-    max_engine_restarts: int = Field(
+    max_engine_restarts: Int = Field(
         3,
         ge=0,
         description=(
@@ -732,7 +762,7 @@ class ExplorerConfig(_Section):
             "one more death stops the run (0: the first death stops it)."
         ),
     )
-    engine_restart_window: float = Field(
+    engine_restart_window: Float = Field(
         600.0, gt=0, description="Seconds over which max_engine_restarts is counted."
     )
     env_vars: Annotated[dict[str, str], BeforeValidator(_stringify_values)] = Field(
@@ -741,25 +771,25 @@ class ExplorerConfig(_Section):
     concurrent_mode: ConcurrentMode = Field(
         "sequential", description="How a runner executes a group of repeated tasks."
     )
-    max_repeat_times_per_runner: Optional[int] = Field(
+    max_repeat_times_per_runner: Optional[Int] = Field(
         None, ge=1, description="Split repeated tasks across runners in chunks of this size."
     )
-    runner_num: Optional[int] = Field(None, description="Deprecated; use runner_per_model.")
+    runner_num: Optional[Int] = Field(None, ge=1, description="Deprecated; use runner_per_model.")
     rollout_model: InferenceModelConfig = Field(
         default_factory=InferenceModelConfig, description="Engines serving the policy model."
     )
     auxiliary_models: list[InferenceModelConfig] = Field(
         default_factory=list, description="Extra models for workflows (judges, tools, ...)."
     )
-    eval_interval: int = Field(100, ge=1, description="Evaluate every N explore steps.")
+    eval_interval: Int = Field(100, ge=1, description="Evaluate every N explore steps.")
     eval_on_startup: bool = Field(True, description="Evaluate at step 0.")
     bench_on_latest_checkpoint: bool = Field(
         False, description="bench mode: only evaluate the latest checkpoint."
     )
-    proxy_port: int = Field(8010, ge=1, le=65535, description="serve mode proxy port.")
+    proxy_port: Int = Field(8010, ge=1, le=65535, description="serve mode proxy port.")
     listen_address: str = Field("0.0.0.0", description="serve mode listen address.")
-    service_status_check_interval: int = Field(60, ge=1, description="serve mode health checks.")
-    min_running_model_num: int = Field(1, ge=1, description="serve mode: models kept running.")
+    service_status_check_interval: Int = Field(60, ge=1, description="serve mode health checks.")
+    min_running_model_num: Int = Field(1, ge=1, description="serve mode: models kept running.")
     db_url: Optional[str] = Field(None, description="serve mode history database.")
     over_rollout: OverRolloutConfig = Field(
         default_factory=OverRolloutConfig, description="Over-rollout (experimental)."
@@ -767,10 +797,10 @@ class ExplorerConfig(_Section):
     dynamic_timeout: DynamicTimeoutConfig = Field(
         default_factory=DynamicTimeoutConfig, description="Dynamic timeout (experimental)."
     )
-    runner_state_report_interval: int = Field(
+    runner_state_report_interval: Int = Field(
         0, ge=0, description="Report runner state every N seconds; 0 disables."
     )
-    max_inflight_batches: int = Field(2, ge=1, description="Train batches held concurrently.")
+    max_inflight_batches: Int = Field(2, ge=1, description="Train batches held concurrently.")
 
 
 class SynchronizerConfig(_Section):
@@ -782,30 +812,30 @@ class SynchronizerConfig(_Section):
     sync_style: SyncStyleName = Field(
         "fixed", description="fixed, dynamic_by_explorer or dynamic_by_trainer."
     )
-    sync_interval: int = Field(1, ge=1, description="Synchronise every N steps.")
-    explorer_sync_interval: Optional[int] = Field(
+    sync_interval: Int = Field(1, ge=1, description="Synchronise every N steps.")
+    explorer_sync_interval: Optional[Int] = Field(
         None, ge=1, description="Defaults to sync_interval."
     )
-    trainer_sync_interval: Optional[int] = Field(
+    trainer_sync_interval: Optional[Int] = Field(
         None, ge=1, description="Defaults to sync_interval."
     )
-    sync_offset: int = Field(0, ge=0, description="Explorer steps run ahead before the first sync.")
-    sync_timeout: int = Field(3600, ge=1, description="Seconds to wait for a synchronisation.")
+    sync_offset: Int = Field(0, ge=0, description="Explorer steps run ahead before the first sync.")
+    sync_timeout: Int = Field(3600, ge=1, description="Seconds to wait for a synchronisation.")
     group_name: str = Field(ROLLOUT_WEIGHT_SYNC_GROUP_NAME, description="NCCL process group name.")
     wait_for_checkpoint: bool = Field(False, description="Wait for the latest checkpoint.")
-    explorer_world_size: Optional[int] = Field(None, description="Computed.")
+    explorer_world_size: Optional[Int] = Field(None, ge=1, description="Computed.")
     ray_namespace: str = Field("", description="Set from Config.ray_namespace.")
 
 
 class MegatronParallelConfig(_Section):
     """Megatron-Core parallelism (trainer_strategy: megatron)."""
 
-    tensor_model_parallel_size: int = Field(1, ge=1)
-    pipeline_model_parallel_size: int = Field(1, ge=1)
-    virtual_pipeline_model_parallel_size: Optional[int] = Field(None, ge=1)
-    expert_model_parallel_size: int = Field(1, ge=1)
-    expert_tensor_parallel_size: Optional[int] = Field(None, ge=1)
-    context_parallel_size: int = Field(1, ge=1)
+    tensor_model_parallel_size: Int = Field(1, ge=1)
+    pipeline_model_parallel_size: Int = Field(1, ge=1)
+    virtual_pipeline_model_parallel_size: Optional[Int] = Field(None, ge=1)
+    expert_model_parallel_size: Int = Field(1, ge=1)
+    expert_tensor_parallel_size: Optional[Int] = Field(None, ge=1)
+    context_parallel_size: Int = Field(1, ge=1)
     sequence_parallel: bool = True
 
 
@@ -815,23 +845,23 @@ class TrainerConfig(_Section):
     name: str = Field(TRAINER_NAME, description="Ray actor name of the trainer.")
     trainer_type: str = Field("verl", description="Training backend (verl, tinker, ...).")
     trainer_strategy: TrainerStrategy = Field("fsdp2", description="fsdp, fsdp2 or megatron.")
-    save_interval: int = Field(
+    save_interval: Int = Field(
         0, ge=0, description="Save a checkpoint every N steps; 0 = end only."
     )
     enable_preview: bool = Field(True, description="Log rollout previews to the monitor.")
-    total_steps: Optional[int] = Field(None, ge=1, description="Stop training after N steps.")
+    total_steps: Optional[Int] = Field(None, ge=1, description="Stop training after N steps.")
     save_hf_checkpoint: SaveHFCheckpoint = Field(
         "last", description="Save HF-format weights: last, always or never."
     )
-    grad_clip: float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
+    grad_clip: Float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
     use_dynamic_bsz: bool = Field(True, description="Pack micro batches by token count.")
     use_remove_padding: bool = Field(True, description="Remove padding in the forward pass.")
     balance_batch: bool = Field(True, description="Balance tokens across data-parallel ranks.")
-    critic_warmup: int = Field(0, ge=0, description="Steps training only the critic.")
-    max_token_len_per_gpu: Optional[int] = Field(
+    critic_warmup: Int = Field(0, ge=0, description="Steps training only the critic.")
+    max_token_len_per_gpu: Optional[Int] = Field(
         None, ge=1, description="Tokens per GPU micro batch; defaults to 2 * max_model_len / SP."
     )
-    ulysses_sequence_parallel_size: int = Field(1, ge=1, description="Sequence parallel size.")
+    ulysses_sequence_parallel_size: Int = Field(1, ge=1, description="Sequence parallel size.")
     fix_actor_microbatch_loss_scale: bool = Field(False, description="Experimental.")
     param_offload: bool = Field(False, description="Offload parameters to CPU.")
     optimizer_offload: bool = Field(False, description="Offload optimizer states to CPU.")
@@ -840,7 +870,7 @@ class TrainerConfig(_Section):
     save_strategy: SaveStrategy = Field(
         "unrestricted", description="How concurrent checkpoint saves are serialised."
     )
-    max_checkpoints_to_keep: int = Field(0, ge=0, description="0 keeps all checkpoints.")
+    max_checkpoints_to_keep: Int = Field(0, ge=0, description="0 keeps all checkpoints.")
     megatron: MegatronParallelConfig = Field(
         default_factory=MegatronParallelConfig, description="Megatron parallelism."
     )
@@ -874,7 +904,7 @@ class DataJuicerServiceConfig(_Section):
 
     server_url: Optional[str] = Field(None, description="URL of a running server.")
     auto_start: bool = Field(False, description="Start a local server.")
-    port: Optional[int] = Field(None, ge=1, le=65535, description="Port of the local server.")
+    port: Optional[Int] = Field(None, ge=1, le=65535, description="Port of the local server.")
 
 
 class ServiceConfig(_Section):

@@ -39,3 +39,35 @@ def literal_values(annotation: Any) -> list[Any]:
     if get_origin(annotation) is Literal:
         return list(get_args(annotation))
     raise TypeError(f"not a Literal type: {annotation!r}")
+
+
+def args_help(registry: Any, name: Any) -> str:
+    """Markdown listing the arguments component ``name`` of ``registry`` declares.
+
+    Read from the component's declaration (its ``Args`` model or typed ``__init__``, see
+    :func:`trinity.common.config.args_model`) -- the same one validation checks against and
+    the docs list -- so the form's help never disagrees with what a run accepts.
+    """
+    from trinity.common.config import args_model, describe_args, is_open
+
+    try:
+        cls = registry[name]
+    except Exception:  # an unknown or broken name: the check under the form reports it
+        return ""
+    if not isinstance(cls, type):
+        return ""
+    model = args_model(cls)
+    rows = describe_args(model)
+    if not rows:
+        if model is None or is_open(model):
+            return f"`{name}` declares no arguments: whatever is given is passed unchecked."
+        return f"`{name}` takes no arguments."
+    lines = [f"Arguments of `{name}`:"]
+    for row in rows:
+        extra = f", {row['range']}" if row["range"] else ""
+        default = "required" if row["required"] else f"default {row['default']!r}"
+        text = f"- `{row['name']}` ({row['type']}{extra}; {default})"
+        lines.append(text + (f": {row['description']}" if row["description"] else ""))
+    if is_open(model):
+        lines.append("- other keys go to its `**kwargs`, unchecked")
+    return "\n".join(lines)

@@ -15,7 +15,12 @@ import yaml
 from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.resolve import COMPONENT_FIELDS, component_registry, resolve_algorithm
 from trinity.common.config._sections import LossAggMode
-from trinity.manager.config_registry._common import choices, literal_values, registry_names
+from trinity.manager.config_registry._common import (
+    args_help,
+    choices,
+    literal_values,
+    registry_names,
+)
 from trinity.manager.config_registry.config_registry import CONFIG_GENERATORS
 
 OFFLINE_ALGORITHMS = ("sft", "dpo")
@@ -170,7 +175,8 @@ for _field, _label, _default in (
 def component_args_editor(field: str) -> None:
     """A YAML text area for ``<field>_args`` (drawn in the expert Trainer tab)."""
     key = f"{field}_args"
-    st.text_area(f"`{key}`", key=key, height=80)
+    help_text = args_help(component_registry(field), st.session_state.get(field)) or None
+    st.text_area(f"`{key}`", key=key, height=80, help=help_text)
     CONFIG_GENERATORS.add_placeholder(key)
 
 

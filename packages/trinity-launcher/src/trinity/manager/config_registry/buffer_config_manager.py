@@ -7,7 +7,12 @@ import streamlit as st
 from trinity.common.config._sections import PromptTypeName, StorageTypeName
 from trinity.common.rewards import REWARD_FUNCTIONS
 from trinity.common.workflows import WORKFLOWS
-from trinity.manager.config_registry._common import choices, literal_values, registry_names
+from trinity.manager.config_registry._common import (
+    args_help,
+    choices,
+    literal_values,
+    registry_names,
+)
 from trinity.manager.config_registry.algorithm_config_manager import is_offline
 from trinity.manager.config_registry.config_registry import CONFIG_GENERATORS
 
@@ -377,9 +382,17 @@ def set_experience_operators(**kwargs):
         "(operators of installed packages and loaded plugins).",
         **kwargs,
     )
+    help_text = None
+    if st.session_state[kwargs["key"]]:
+        from trinity.buffer.operators import EXPERIENCE_OPERATORS
+
+        help_text = "\n\n".join(
+            args_help(EXPERIENCE_OPERATORS, n) for n in st.session_state[kwargs["key"]]
+        )
     st.text_area(
         "Operator arguments (YAML: operator name -> arguments)",
         key="experience_operator_args",
         height=80,
+        help=help_text or None,
     )
     CONFIG_GENERATORS.add_placeholder("experience_operator_args")
