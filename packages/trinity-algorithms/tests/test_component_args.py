@@ -188,13 +188,16 @@ def test_trinity_rft_arguments_are_accepted() -> None:
         {
             "algorithm_type": "ppo",
             "policy_loss_fn_args": {
-                "truncate_adv_pos_is": 2.0,
-                "truncate_adv_neg_is": 2.0,
+                "truncate_adv_pos_is": True,
+                "truncate_is_range_low": 0.5,
+                "truncate_adv_neg_is": True,
+                "truncate_is_range_high": 2.0,
                 "loss_agg_mode": "token-sum",
             },
         }
     )
-    assert resolved.policy_loss_fn_args["truncate_adv_pos_is"] == 2.0
+    assert resolved.policy_loss_fn_args["truncate_adv_pos_is"] is True
+    assert resolved.policy_loss_fn_args["truncate_is_range_low"] == 0.5
     # the guide's OPMD step 3
     resolve_algorithm(
         {

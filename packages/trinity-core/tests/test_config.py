@@ -842,7 +842,9 @@ def test_a_run_that_may_not_resume_is_renamed_beside_the_earlier_one(
 
 def test_bench_is_never_renamed(tmp_path: Path, cuda) -> None:
     data = runnable(checkpoint_root_dir=str(tmp_path), name="exp", mode="bench")
-    data["buffer"]["explorer_input"]["eval_tasksets"] = [{"path": "/data/tasks"}]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"question": "1+1=", "answer": "2"}\n')
+    data["buffer"]["explorer_input"]["eval_tasksets"] = [{"path": str(tasks)}]
     config = load_config(dict(data, continue_from_checkpoint=False))
     config.check_and_update()
     Path(config.checkpoint_job_dir).mkdir(parents=True)

@@ -37,6 +37,10 @@ class DPOLossFn(PolicyLossFn):
         label_smoothing: float = Field(
             0.0, ge=0.0, le=0.5, description="Assumed label-noise rate (conservative DPO)."
         )
+        sum_pairs_over_batch: bool = Field(
+            False,
+            description="Trinity-RFT's DPO: one pair of sums over the batch (docs/compat.md).",
+        )
 
     def __init__(
         self,

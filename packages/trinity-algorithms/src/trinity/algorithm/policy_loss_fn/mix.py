@@ -56,7 +56,9 @@ class MIXPolicyLossFn(PolicyLossFn):
         """``policy_loss_fn_args`` of ``mix``."""
 
         mu: Probability = Field(0.1, description="Weight of the SFT part.")
-        clip_ratio_c: float = Field(3.0, gt=1.0, description="The PPO part's dual-clip bound.")
+        clip_ratio_c: Optional[float] = Field(
+            3.0, gt=1.0, description="The PPO part's dual-clip bound (null: none)."
+        )
         use_dynamic_bsz: Optional[bool] = Field(None, description="Micro-batch weighting mode.")
         ppo_mini_batch_size: PosInt = Field(1, description="Mini-batch size (weighting).")
         ppo_micro_batch_size_per_gpu: PosInt = Field(1, description="Micro-batch size.")
@@ -65,6 +67,9 @@ class MIXPolicyLossFn(PolicyLossFn):
         train_batch_size_expert: Optional[PosInt] = Field(None, description="Expert rows.")
         sft_loss_agg_mode: Optional[LossAggMode] = Field(None, description="SFT part's mode.")
         grpo_loss_agg_mode: Optional[LossAggMode] = Field(None, description="PPO part's mode.")
+        use_token_level_loss_in_sft: Optional[bool] = Field(
+            None, description="Trinity-RFT's older switch of the SFT part's aggregation."
+        )
 
     def __init__(
         self,

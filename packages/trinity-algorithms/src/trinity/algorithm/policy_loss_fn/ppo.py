@@ -57,18 +57,33 @@ class PPOPolicyLossFn(RatioPolicyLossFn):
     class Args(ClipRangeArgs):
         """``policy_loss_fn_args`` of ``ppo``."""
 
-        clip_ratio_c: float = Field(
-            3.0, gt=1.0, description="Dual-clip bound on the loss of negative-advantage tokens."
+        clip_ratio_c: Optional[float] = Field(
+            3.0,
+            gt=1.0,
+            description="Dual-clip bound on the loss of negative-advantage tokens (null: none).",
         )
         enable_sequence_masking: bool = Field(
             False, description="Drop negative-advantage tokens of sequences far from pi_old."
         )
         delta: NonNegFloat = Field(0.1, description="Mean-KL threshold of sequence masking.")
-        truncate_adv_pos_is: Optional[PosFloat] = Field(
-            None, description="Trinity-RFT: cap the IS ratio of positive-advantage tokens."
+        delta_sequence_masking: Optional[NonNegFloat] = Field(
+            None, description="Trinity-RFT's name of delta (set one of the two)."
         )
-        truncate_adv_neg_is: Optional[PosFloat] = Field(
-            None, description="Trinity-RFT: cap the IS ratio of negative-advantage tokens."
+        truncate_adv_pos_is: bool = Field(
+            False,
+            description="Trinity-RFT: cap the loss of positive-advantage tokens at "
+            "-A * truncate_is_range_low.",
+        )
+        truncate_adv_neg_is: bool = Field(
+            False,
+            description="Trinity-RFT: cap the loss of negative-advantage tokens at "
+            "-A * truncate_is_range_high.",
+        )
+        truncate_is_range_low: Optional[NonNegFloat] = Field(
+            0.0, description="Cap for positive advantages (in [0, 1 - clip_range_low))."
+        )
+        truncate_is_range_high: Optional[PosFloat] = Field(
+            2.0, description="Cap for negative advantages (above 1 + clip_range_high)."
         )
 
     loss_fn = staticmethod(ppo_clip_loss)

@@ -34,6 +34,9 @@ class SAPOPolicyLossFn(RatioPolicyLossFn):
 
         tau_pos: PosFloat = Field(1.0, description="Gate temperature, positive advantages.")
         tau_neg: PosFloat = Field(1.05, description="Gate temperature, other advantages.")
+        trinity_rft_surrogate: bool = Field(
+            False, description="Trinity-RFT's surrogate -A * sg(gate) * logprob (docs/compat.md)."
+        )
 
         @model_validator(mode="after")
         def _neg_damps_faster(self) -> Any:
