@@ -177,7 +177,7 @@ def test_the_component_docs_are_generated_from_the_declarations() -> None:
 
     page = (REPO / "docs" / "components.md").read_text(encoding="utf-8")
     assert page == render(), "run: python -m trinity.launcher.component_docs > docs/components.md"
-    assert "| `clip_ratio_c` | a number | `3.0` | > 1.0 |" in page
+    assert "| `clip_ratio_c` | a number or null | `3.0` | > 1.0 |" in page
 
 
 def test_the_studio_form_help_reads_the_same_declaration() -> None:
