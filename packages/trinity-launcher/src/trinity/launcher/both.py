@@ -45,18 +45,26 @@ position: every experience is trained exactly once, in the same steps as without
 from __future__ import annotations
 
 import asyncio
-import json
-import math
-import numbers
 import os
 import time
-from collections import OrderedDict
-from pathlib import Path
 from typing import Any, Optional
 
 from trinity.common.config import Config
 from trinity.common.experience import Experience
-from trinity.launcher.resume import atomic_write, changed_settings, truncate_metrics
+from trinity.launcher.both_checkpoint import (  # noqa: F401 - re-exported
+    _EXPLORER_STATE_VERSION,
+    EXPERIENCE_IDS_KEY,
+    EXPLORER_DIR,
+    EXPLORER_EXPERIENCES_FILE,
+    EXPLORER_STATE_FILE,
+    ExperienceLedger,
+    _json_scalars,
+    experience_ids,
+    read_explorer_checkpoint,
+    run_fingerprint,
+    write_explorer_checkpoint,
+)
+from trinity.launcher.resume import changed_settings, truncate_metrics
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -219,109 +227,6 @@ class Synchronizer:
             )
             return False
         return True
-
-
-#: Where a checkpoint keeps the explorer's side, inside ``global_step_N/``.
-EXPLORER_DIR = "explorer"
-EXPLORER_STATE_FILE = "explorer_state.json"
-EXPLORER_EXPERIENCES_FILE = "experiences.bin"
-#: ``metrics.jsonl`` key: the run ids (``explore step/task/run``) of a train step's experiences.
-EXPERIENCE_IDS_KEY = "batch/experience_ids"
-_EXPLORER_STATE_VERSION = 1
-
-
-class ExperienceLedger:
-    """Experiences the explorer has committed to the trainer's queue that the trainer has not
-    read yet, in write order -- what a checkpoint must carry so none is lost or trained twice.
-
-    The explorer adds each step's experiences when it commits the step (just before they are
-    written, see :meth:`Explorer.explore_step`); the trainer's reads remove them. The queue is
-    FIFO, so reading experience ``x`` means everything written before ``x`` was read too (one
-    a sample strategy read and dropped, e.g. as stale, counts as read).
-    """
-
-    def __init__(self) -> None:
-        self._items: OrderedDict[str, Experience] = OrderedDict()
-
-    def add(self, exps: list[Experience]) -> None:
-        for exp in exps:
-            self._items[exp.eid.uid] = exp
-
-    def consume(self, exps: list[Experience]) -> None:
-        left = {exp.eid.uid for exp in exps} & self._items.keys()
-        while left:
-            uid, _ = self._items.popitem(last=False)
-            left.discard(uid)
-
-    def pending(self) -> list[Experience]:
-        return list(self._items.values())
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-def experience_ids(exps: list[Experience]) -> str:
-    """The run ids (``explore step/task/run``) of ``exps``, sorted, space-separated."""
-    return " ".join(sorted(exp.eid.rid for exp in exps))
-
-
-def run_fingerprint(config: Config, explorer: Any) -> dict[str, Any]:
-    """The settings that decide which tasks and experiences each step holds: a mode ``both``
-    checkpoint resumes only under the same ones."""
-    taskset = explorer.taskset
-    readers = list(getattr(taskset, "readers", None) or ([taskset] if taskset else []))
-    exp = config.buffer.trainer_input.experience_buffer
-    return {
-        "buffer.explorer_input.tasksets": [
-            {"name": r.name, "path": str(r.config.path), "tasks": len(r)} for r in readers
-        ],
-        "buffer.batch_size": config.buffer.batch_size,
-        "buffer.train_batch_size": config.buffer.train_batch_size,
-        "algorithm.repeat_times": config.algorithm.repeat_times,
-        "algorithm.algorithm_type": config.algorithm.algorithm_type,
-        "buffer.trainer_input.experience_buffer.storage_type": exp.storage_type if exp else None,
-    }
-
-
-def _json_scalars(metrics: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in metrics.items():
-        if isinstance(value, (bool, str)):
-            out[str(key)] = value
-        elif isinstance(value, numbers.Real) and math.isfinite(float(value)):
-            out[str(key)] = float(value)
-    return out
-
-
-def write_explorer_checkpoint(
-    step_dir: str, state: dict[str, Any], experiences: list[Experience]
-) -> None:
-    """``step_dir/explorer/``: the explorer's state (JSON) and the unread experiences (the
-    buffer's own ``Experience.serialize_many`` bytes)."""
-    directory = os.path.join(step_dir, EXPLORER_DIR)
-    os.makedirs(directory, exist_ok=True)
-    data = Experience.serialize_many(experiences) if experiences else b""
-    atomic_write(os.path.join(directory, EXPLORER_EXPERIENCES_FILE), data)
-    state = dict(state, experiences=len(experiences))
-    atomic_write(os.path.join(directory, EXPLORER_STATE_FILE), json.dumps(state, indent=1).encode())
-
-
-def read_explorer_checkpoint(step_dir: str) -> Optional[tuple[dict[str, Any], list[Experience]]]:
-    """What :func:`write_explorer_checkpoint` wrote (``None``: the checkpoint has no explorer
-    state, e.g. it was written by mode ``train``)."""
-    directory = os.path.join(step_dir, EXPLORER_DIR)
-    try:
-        state = json.loads(Path(directory, EXPLORER_STATE_FILE).read_text())
-        data = Path(directory, EXPLORER_EXPERIENCES_FILE).read_bytes()
-    except FileNotFoundError:
-        return None
-    exps = Experience.deserialize_many(data) if data else []
-    if len(exps) != int(state.get("experiences", 0)):
-        raise ValueError(
-            f"{directory}: {EXPLORER_EXPERIENCES_FILE} holds {len(exps)} experiences, "
-            f"{EXPLORER_STATE_FILE} says {state.get('experiences')}"
-        )
-    return state, exps
 
 
 async def run_both_async(
