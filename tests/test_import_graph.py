@@ -25,12 +25,7 @@ PACKAGES = (
 #: Known circles, in files other work still changes (issue 21); remove an entry when its circle
 #: is gone. A circle is allowed only when ALL its modules match one entry: a new module joining
 #: a known circle still fails.
-KNOWN_CIRCLES: tuple[tuple[str, str], ...] = (
-    # the config package: the package __init__, _core, _rules, _sections, _utils import each other
-    ("trinity.common.config", "trinity.common.config."),
-    # launcher: stages builds the run, validation checks it against the stages
-    ("trinity.launcher.stages", "trinity.launcher.validation"),
-)
+KNOWN_CIRCLES: tuple[tuple[str, str], ...] = ()
 
 
 def _allowed(circle: list[str]) -> bool:

@@ -79,7 +79,7 @@ def runnable(**overrides: Any) -> dict[str, Any]:
 @pytest.fixture
 def cuda(monkeypatch: pytest.MonkeyPatch):
     def set_cuda(available: bool) -> None:
-        monkeypatch.setattr(config_module, "cuda_is_available", lambda: available)
+        monkeypatch.setattr(config_module._utils, "cuda_is_available", lambda: available)
 
     set_cuda(True)
     return set_cuda

@@ -61,7 +61,7 @@ def runnable(**sections: Any) -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def _cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_module, "cuda_is_available", lambda: True)
+    monkeypatch.setattr(config_module._utils, "cuda_is_available", lambda: True)
 
 
 # ------------------------------------------------------------------ strict numbers

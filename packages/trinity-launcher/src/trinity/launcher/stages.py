@@ -64,7 +64,7 @@ def stage_configs(config: Config) -> list[Config]:
 def prepare_stage(stage: Config, model_path: Optional[str] = None) -> Config:
     """Fill the stage's algorithm defaults and run the run-level and component checks."""
     from trinity.algorithm import apply_algorithm_defaults
-    from trinity.launcher.validation import check_component_names
+    from trinity.launcher.component_checks import check_component_names
 
     if model_path is not None:
         stage.model.model_path = model_path

@@ -7,6 +7,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Union
 
+from . import _utils
 from ._errors import _fmt_loc
 from ._sections import (
     _NO_GPU_ENGINES,
@@ -640,8 +641,6 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
 
 
 def _cuda_available() -> bool:
-    # looked up through the package so tests and callers can patch
-    # ``trinity.common.config.cuda_is_available``
-    from trinity.common import config as package
-
-    return bool(package.cuda_is_available())
+    # looked up on the module at call time, so tests can patch
+    # ``trinity.common.config._utils.cuda_is_available``
+    return bool(_utils.cuda_is_available())
