@@ -1,4 +1,10 @@
-"""Config entries of the explorer, its rollout engines and the synchronizer."""
+"""Config entries of the explorer, its rollout engines and the synchronizer.
+
+One small ``set_<field>`` function per entry, registered with ``register_config``, alike in
+shape on purpose: it is the developer guide's Config Generator pattern, which plugin authors
+copy to add their own entries (the registry keys entries by the function's name). Entries of
+the rollout model share ``_rollout_entry``; the rest stay one function each.
+"""
 
 from __future__ import annotations
 
