@@ -25,3 +25,17 @@ def spawn_cli(config, log):
             start_new_session=True,
         )
     return proc, ray_tmp
+
+
+def run_to_end(config, log, timeout: float = 600) -> str:
+    """:func:`spawn_cli` and wait for it; assert it exited 0; return its output."""
+    import shutil
+
+    proc, ray_tmp = spawn_cli(config, log)
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    out = log.read_text()
+    assert proc.returncode == 0, out[-6000:]
+    return out

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_process import run_to_end as run_cli_to_end
 from cli_process import spawn_cli
 
 pytest.importorskip("verl")
@@ -72,13 +73,7 @@ def launch(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
 
 
 def run_to_end(config: Path, log: Path) -> str:
-    proc, ray_tmp = launch(config, log)
-    try:
-        proc.wait(timeout=600)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    out = log.read_text()
-    assert proc.returncode == 0, out[-6000:]
+    out = run_cli_to_end(config, log)
     assert "Mode both finished" in out
     return out
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_process import run_to_end as run_cli_to_end
 from cli_process import spawn_cli
 
 pytest.importorskip("ray")
@@ -78,14 +79,7 @@ def launch(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
 
 
 def run_to_end(config: Path, log: Path) -> str:
-    proc, ray_tmp = launch(config, log)
-    try:
-        proc.wait(timeout=600)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    out = log.read_text()
-    assert proc.returncode == 0, out[-6000:]
-    return out
+    return run_cli_to_end(config, log)
 
 
 def rows(db: Path) -> list[tuple[str, bytes]]:
