@@ -94,6 +94,8 @@ for target in "${targets[@]}"; do
     echo "=== [root] syncing the full workspace environment (.venv)"
     # shellcheck disable=SC2046
     sync_env "$ROOT/.venv" --all-packages $(extras_of root)
+    echo "=== [root] syncing TRL's benchmark environment (.venvs/benchmark)"
+    sync_env "$ROOT/.venvs/benchmark" --only-group benchmark
     run_pytest root "$ROOT/.venv/bin/python" tests
   else
     [ -d "packages/$target" ] || { echo "unknown package $target" >&2; exit 2; }

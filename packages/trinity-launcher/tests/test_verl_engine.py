@@ -250,6 +250,32 @@ def test_settings_from_trinity_config():
         VerlEngineSettings.from_config(Config.model_validate({"model": {"model_path": "/m"}}))
 
 
+def test_derived_token_budget_fits_a_small_model(model_path):
+    """Unset ``trainer.max_token_len_per_gpu``: Trinity-RFT's ``2 * max_model_len``, raised to
+    the floor a small model's size allows (fewer, larger micro-batches); a value the user set
+    is kept as written, and a model whose config is not local gets no floor."""
+    from trinity.common.config import Config
+    from trinity.launcher.trainer.verl_settings import micro_batch_token_floor
+
+    floor = micro_batch_token_floor(model_path)
+    cfg = json.loads((Path(model_path) / "config.json").read_text())
+    per_token = 4 * (2 * cfg["vocab_size"] + 16 * cfg["num_hidden_layers"] * cfg["hidden_size"])
+    assert floor == min((256 << 20) // per_token, max(4 * cfg["hidden_size"], 1024))
+    assert floor > 2 * 18  # the quickstart's 2 * max_model_len: dozens of micro-batches
+
+    def budget(trainer: dict, path: str = model_path) -> int:
+        config = Config.model_validate(
+            {"model": {"model_path": path, "max_model_len": 18}, "trainer": trainer}
+        )
+        return VerlEngineSettings.from_config(config).max_token_len_per_gpu
+
+    assert budget({}) == floor
+    assert budget({"max_token_len_per_gpu": 36}) == 36  # the user's value, as written
+    assert budget({}, path="/not/local") == 36
+    assert budget({"ulysses_sequence_parallel_size": 2}) == floor // 2
+    assert micro_batch_token_floor("/not/local") == 0
+
+
 # ---------------------------------------------------------------------------- engine checks
 
 

@@ -138,6 +138,9 @@ class Synchronizer:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         self.backend = backend
         self._group: Any = None
+        #: seconds the last push spent exporting the trainer's weights (state dict into Ray's
+        #: object store, HF files, or the broadcast's send); the rest of ``push`` is loading
+        self.last_export_s = 0.0
 
     async def push(self, version: int) -> float:
         """Synchronise version ``version``; returns the seconds it took."""
@@ -159,6 +162,7 @@ class Synchronizer:
                 "huggingface",
             )
             await asyncio.to_thread(self.engine.save_hf, path)
+            self.last_export_s = time.perf_counter() - start
             await asyncio.wait_for(self.explorer.load_weights(path, version), self.timeout)
         elif self.method == "nccl" and not await self._nccl_possible(handles):
             self.method = "memory"
@@ -183,6 +187,7 @@ class Synchronizer:
                 supervisor.record(version, provider=self._state_ref)
         else:
             state = await self._state_ref()
+            self.last_export_s = time.perf_counter() - start
             if supervisor is not None:  # records the ref: a replaced engine loads it too
                 await asyncio.wait_for(
                     self.explorer.load_weights(None, version, state_dict=state), self.timeout
@@ -315,6 +320,7 @@ async def run_both_async(
         wait = time.perf_counter()
         async with generation:  # not while a step generates with the old weights
             out = {"time/sync_wait": time.perf_counter() - wait, "time/sync": await sync.push(step)}
+            out["time/sync/export"] = sync.last_export_s
         async with changed:
             state["version"] = step
             changed.notify_all()
@@ -541,10 +547,20 @@ def run_both(config: Config, progress: Any = None) -> dict:
     async def main() -> dict:
         if resume_step is not None:
             _drop_stale_queue(config)
-        await explorer.prepare()
+        # The trainer (verl, its model and optimizer, in this process) is built while the
+        # explorer's engines and runners start in theirs: the two are independent, and start-up
+        # is most of a short run's wall time.
+        prepared, built = await asyncio.gather(
+            explorer.prepare(), asyncio.to_thread(build_trainer, config), return_exceptions=True
+        )
+        if isinstance(built, BaseException):
+            await explorer.shutdown()
+            raise built
+        trainer = built
         try:
-            trainer = await asyncio.to_thread(build_trainer, config)
             try:
+                if isinstance(prepared, BaseException):
+                    raise prepared
                 if resume_step is not None:
                     got = await asyncio.to_thread(trainer.resume)
                     if got != resume_step:

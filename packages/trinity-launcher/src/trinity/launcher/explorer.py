@@ -257,9 +257,7 @@ class Explorer:
             self.auxiliary_engines = create_auxiliary_engines(self.config)
             self._own_engines += [h for g in self.auxiliary_engines for h in g]
         handles = [*self.rollout_engines, *(h for g in self.auxiliary_engines for h in g)]
-        await asyncio.gather(*(h.ready.remote() for h in handles))
         self.supervisor = self._build_supervisor()
-        await self.supervisor.start()
         self.pool = RunnerPool.from_config(
             self.config,
             self.rollout_engines,
@@ -268,6 +266,11 @@ class Explorer:
             tasks_per_runner=self.tasks_per_runner,
             supervisor=self.supervisor,
         )
+        # The runner processes start (import their modules and plugins) while the engines load
+        # their models; they meet their engines once those are ready.
+        self.pool.prestart()
+        await asyncio.gather(*(h.ready.remote() for h in handles))
+        await self.supervisor.start()
         await self.pool.start()
         if self.explores:
             self.pipeline = self._build_pipeline()

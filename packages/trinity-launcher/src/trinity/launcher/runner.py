@@ -257,6 +257,8 @@ class RunnerPool:
         self._slots: list[Optional[_Runner]] = [None] * self.size
         self._starting: dict[int, asyncio.Task] = {}
         self._starting_handles: dict[int, Any] = {}
+        #: slot -> (runner id, handle) of runners created by :meth:`prestart`, not yet started
+        self._prestarted: dict[int, tuple[int, Any]] = {}
         self._retired: list[_Runner] = []
         self._ids = itertools.count()
         self._last_start_error: Optional[str] = None
@@ -330,11 +332,25 @@ class RunnerPool:
             )
         )
 
+    def prestart(self) -> None:
+        """Create every slot's runner actor now, so that its process starts (imports its
+        modules and plugins) while the engines load; :meth:`start` then waits for them and
+        has each meet its engine. Idempotent."""
+        for slot in range(self.size):
+            if slot not in self._prestarted:
+                runner_id = next(self._ids)
+                handle = self._create_actor(slot, runner_id)
+                self._starting_handles[runner_id] = handle  # so that shutdown() can kill it
+                self._prestarted[slot] = (runner_id, handle)
+
     async def _start_runner(self, slot: int) -> _Runner:
-        runner_id = next(self._ids)
         generation = self._engine_generation[slot // self.runner_per_model]
-        handle = self._create_actor(slot, runner_id)
-        self._starting_handles[runner_id] = handle  # so that shutdown() can kill it
+        if slot in self._prestarted:
+            runner_id, handle = self._prestarted.pop(slot)
+        else:
+            runner_id = next(self._ids)
+            handle = self._create_actor(slot, runner_id)
+            self._starting_handles[runner_id] = handle  # so that shutdown() can kill it
         try:
             await asyncio.wait_for(_await_ref(handle.ready.remote()), self.start_timeout)
         except BaseException as exc:
@@ -444,6 +460,7 @@ class RunnerPool:
         for handle in self._starting_handles.values():
             _kill(handle)
         self._starting_handles.clear()
+        self._prestarted.clear()
         for runner in [*self._slots, *self._retired]:
             if runner is not None and not runner.killed:
                 _kill(runner.handle)

@@ -119,8 +119,26 @@ class TinyModelSpec:
 #: GRPO simulation on single-digit addition before choosing it.
 ARITHMETIC_SPEC = TinyModelSpec(tokenizer="arithmetic", initializer_range=0.1)
 
+#: The "realistic" CPU size of the TRL comparison (``benchmarks/trl_compare.py``): ~24M
+#: parameters (hidden 512, 8 layers, 16 heads of 32, MLP 1280) on the arithmetic vocabulary, so
+#: a train step over 16 x 8 answers of up to 64 tokens is compute-bound, as a real model's is,
+#: rather than dominated by per-call overheads as the quickstart's 76K-parameter model is.
+REALISTIC_SPEC = TinyModelSpec(
+    hidden_size=512,
+    intermediate_size=1280,
+    num_hidden_layers=8,
+    num_attention_heads=16,
+    num_key_value_heads=16,
+    tokenizer="arithmetic",
+    initializer_range=0.1,
+)
+
 #: Named specs for ``python -m trinity.launcher.tiny_model DIR --preset NAME``.
-PRESETS: dict[str, TinyModelSpec] = {"default": TinyModelSpec(), "arithmetic": ARITHMETIC_SPEC}
+PRESETS: dict[str, TinyModelSpec] = {
+    "default": TinyModelSpec(),
+    "arithmetic": ARITHMETIC_SPEC,
+    "realistic": REALISTIC_SPEC,
+}
 
 _ARITHMETIC_VOCAB = [
     *_SPECIAL_TOKENS,

@@ -192,6 +192,7 @@ class Trainer:
         start = time.perf_counter()
         metrics: dict[str, float] = {}
         batch = collate_experiences(exps, pad_token_id=self.pad_token_id)
+        metrics["time/train/collate"] = time.perf_counter() - start
         values: Optional[torch.Tensor] = None
         if self.critic is not None:
             t = time.perf_counter()

@@ -504,6 +504,7 @@ class VerlTrainEngine(VerlWeightsMixin):
             clipping), ``actor/lr`` (used by this step), ``actor/num_tokens``,
             ``actor/step_time_s``.
         """
+        prepare_started = time.perf_counter()
         spec = loss if isinstance(loss, TrinityLoss) else TrinityLoss.from_algorithm(loss)
         fields = self._loss_fields(batch, spec, extra)
         totals = self._global_counts(fields["action_mask"])
@@ -525,6 +526,10 @@ class VerlTrainEngine(VerlWeightsMixin):
                 "actor/lr": lr,
                 "actor/num_tokens": totals[0],
                 "actor/step_time_s": time.perf_counter() - started,
+                # where the step's time and tokens went (next to the explorer's time/* keys)
+                "time/train/prepare": started - prepare_started,
+                "train/real_tokens": float(batch.attention_mask.sum().item()),
+                "train/padded_tokens": float(batch.attention_mask.numel()),
             }
         )
         return metrics
@@ -535,8 +540,19 @@ class VerlTrainEngine(VerlWeightsMixin):
         The callback's metrics are already weighted by each micro-batch's share of the batch,
         so they are summed over micro-batches and data-parallel ranks.
         """
+        from verl.utils.tensordict_utils import maybe_fix_3d_position_ids
+
+        # verl's BaseEngine.train_batch, step by step, so the breakdown can time each part
         with self._engine.train_mode():
-            output = self._engine.train_batch(td, loss_function=callback)
+            maybe_fix_3d_position_ids(td)
+            self._engine.optimizer_zero_grad()
+            t0 = time.perf_counter()
+            output = self._engine.forward_backward_batch(td, callback, forward_only=False)
+            t1 = time.perf_counter()
+            grad_norm = self._engine.optimizer_step()
+            t2 = time.perf_counter()
+        if self._engine.is_mp_src_rank_with_outputs():
+            output["metrics"]["grad_norm"] = grad_norm
         self._engine.lr_scheduler_step()
         self.global_step += 1
 
@@ -553,6 +569,9 @@ class VerlTrainEngine(VerlWeightsMixin):
         if self.dp_size > 1 and names:
             dist.all_reduce(sums, group=self._engine.get_data_parallel_group())
         metrics = {k: float(v) for k, v in zip(names, sums.tolist(), strict=True)}
+        metrics["time/train/forward_backward"] = t1 - t0
+        metrics["time/train/optimizer"] = t2 - t1
+        metrics["train/micro_batches"] = float(callback.calls)
         if not math.isfinite(grad_norm):
             logger.warning(
                 "step %d: gradient norm %s, the update was skipped", self.global_step, grad_norm

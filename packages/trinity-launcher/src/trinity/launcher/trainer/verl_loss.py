@@ -149,6 +149,8 @@ class _MicroBatchLoss:
         self.loss = loss
         self.fields = fields
         self.dp_size = dp_size
+        #: micro-batches this callback has seen (the step's ``train/micro_batches``)
+        self.calls = 0
 
     def __call__(
         self, model_output: Mapping[str, Tensor], data: Any, dp_group: Any = None
@@ -156,6 +158,7 @@ class _MicroBatchLoss:
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
+        self.calls += 1
         spec = self.loss
         logprob = no_padding_2_padding(model_output["log_probs"], data)  # [b, R]
         batch = {k: data[k] for k in self.fields}

@@ -22,6 +22,43 @@ from trinity.launcher.trainer.verl_compat import (
 if TYPE_CHECKING:
     from trinity.common.config import Config
 
+#: Memory one micro-batch's logits and saved activations may take by default (fp32 bytes).
+MICRO_BATCH_BYTES = 256 * 2**20
+
+
+def micro_batch_token_floor(model_path: Optional[str]) -> int:
+    """The fewest tokens a derived micro-batch budget holds for the model at ``model_path``.
+
+    Trinity-RFT's default budget, ``2 * max_model_len`` tokens per micro-batch, is sized for
+    models whose logits dominate memory (a 150K vocabulary: ~1 MB per token in fp32). A small
+    model with a short ``max_model_len`` then runs a 16 x 8 batch in dozens of micro-batches,
+    each paying the fixed cost of a forward and backward pass: on the CPU quickstart that was
+    most of the train step. The floor is the token count whose fp32 logits (twice: logits and
+    log-softmax) and ~16 saved activations of width ``hidden_size`` per layer fit in
+    :data:`MICRO_BATCH_BYTES`, capped at ``max(4 * hidden_size, 1024)`` tokens because a packed
+    micro-batch attends over all its tokens under a block mask where no varlen attention kernel
+    exists (CPU), so attention's cost grows with the square of the micro-batch. For real LLMs
+    (Qwen2.5-0.5B: ~100 tokens) the floor is below ``2 * max_model_len`` and changes nothing.
+
+    Returns 0 (no floor) when the model's ``config.json`` is not local or not readable.
+    """
+    import json
+    import os
+
+    if not model_path or not os.path.isfile(os.path.join(model_path, "config.json")):
+        return 0
+    try:
+        with open(os.path.join(model_path, "config.json")) as f:
+            cfg = json.load(f)
+        cfg = cfg.get("text_config", cfg)
+        vocab, hidden = int(cfg["vocab_size"]), int(cfg["hidden_size"])
+        layers = int(cfg["num_hidden_layers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    per_token = 4 * (2 * vocab + 16 * layers * hidden)
+    return int(min(MICRO_BATCH_BYTES // per_token, max(4 * hidden, 1024)))
+
+
 #: dtype names accepted in settings -> verl's precision names.
 _DTYPES = {
     "float32": "fp32",
@@ -206,10 +243,13 @@ class VerlEngineSettings:
         model = dict(arr.get("model") or {})
         fsdp = dict(actor.get("fsdp_config") or {})
         max_tokens = trainer.max_token_len_per_gpu
+        sp = trainer.ulysses_sequence_parallel_size
         if max_tokens is None and config.model.max_model_len:
             # the config's own rule (check_and_update): twice the longest sequence per SP rank
-            sp = trainer.ulysses_sequence_parallel_size
             max_tokens = math.ceil(2 * config.model.max_model_len / sp)
+        if max_tokens is not None and "max_token_len_per_gpu" not in trainer.model_fields_set:
+            # derived, not the user's: a small model gets micro-batches that fit its size
+            max_tokens = max(max_tokens, micro_batch_token_floor(config.model.model_path) // sp)
         if (
             trainer.use_dynamic_bsz
             and max_tokens is None

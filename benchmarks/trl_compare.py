@@ -1,0 +1,528 @@
+"""Trinity against TRL's ``GRPOTrainer``: the same GRPO job, both sides in one invocation.
+
+    ./scripts/bench_env.sh                                  # once: TRL's own environment
+    .venv/bin/python benchmarks/trl_compare.py              # both configs, all sides
+    .venv/bin/python benchmarks/trl_compare.py --configs quickstart --sides trinity,trl
+    .venv/bin/python benchmarks/trl_compare.py --smoke      # a few steps of each (CI)
+
+Two configs, each run by every side with the same model, task rows, batch (16 tasks x 8
+samples), learning rate, optimizer (AdamW, betas, weight decay, clip 1.0, constant lr), entropy
+bonus, no KL term, response length, temperature 1.0 and seed:
+
+* ``quickstart``: ``examples/quickstart.yaml`` (the 76K-parameter arithmetic model, 2-token
+  answers) without its evaluation task set (TRL evaluates nothing);
+* ``realistic``: the ``realistic`` tiny-model preset (~24M parameters: hidden 512, 8 layers,
+  16 heads) on the same task with answers of up to 64 tokens, lr 1e-4.
+
+Sides: ``trinity`` (mode both, ``sync_offset: 0``), ``trinity-offset1`` (the explorer one
+step ahead; on one CPU box both halves share the cores, so this is recorded, with no target)
+and ``trl`` (TRL 1.16 ``GRPOTrainer``, transformers generation, in ``.venvs/benchmark``: TRL
+cannot share an environment with verl, see ``pyproject.toml``). Each side is a fresh process
+started by this script; its clock starts when the process is launched.
+
+For each side: **startup** (launch to the end of step 1), **s/step** (median time between
+consecutive step ends, from step 3 on), **time to 0.8** (launch to the first step whose 5-step
+mean reward is >= 0.8), **final reward** (mean of the last 5 steps), and Trinity/TRL ratios.
+Trinity's step ends are when its ``metrics.jsonl`` record of the step appears (written when the
+step's training ends); TRL's are its ``on_step_end`` callback.
+
+Each config then runs the **train-step check**, in this process: Trinity's training engine
+(``VerlTrainEngine`` with the settings the config derives) against bare Hugging Face
+forward+backward+AdamW over the same 128 sequences (prompt 7 tokens, responses of 1 to the
+config's response length, seeded), with ``--profile`` a cProfile of one Trinity step,
+alternating, after a warm-up. The bare side is the fastest of three ways to run exactly the
+real tokens: one sequence per call (no padding at all), length-sorted chunks of 16 rows padded
+to their longest, and packed micro-batches of Trinity's token budget. Target: Trinity's step
+within 1.2x of that.
+
+Writes ``results.json``, ``curves.json`` and ``curves.png`` (reward against step and against
+wall time) into ``--out``. A measurement, not a test: the exit status is 1 only when a side
+failed to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "examples" / "data" / "arithmetic" / "train.jsonl"
+TRL_PYTHON = REPO / ".venvs" / "benchmark" / "bin" / "python"
+
+#: What both sides share, per config (the quickstart's values from examples/quickstart.yaml).
+CONFIGS: dict[str, dict[str, Any]] = {
+    "quickstart": {
+        "preset": "arithmetic",
+        "steps": 150,
+        "smoke_steps": 4,
+        "max_response_tokens": 2,
+        "lr": 1.5e-3,
+    },
+    "realistic": {
+        "preset": "realistic",
+        "steps": 12,
+        "smoke_steps": 3,
+        "max_response_tokens": 64,
+        "lr": 1e-4,
+    },
+}
+SHARED = {
+    "batch_size": 16,
+    "repeat_times": 8,
+    "temperature": 1.0,
+    "entropy_coef": 0.03,
+    "weight_decay": 0.01,
+    "betas": [0.9, 0.999],
+    "grad_clip": 1.0,
+    "seed": 42,
+}
+SIDES = ("trinity", "trinity-offset1", "trl")
+
+
+# ------------------------------------------------------------------------------- the sides
+
+
+def trinity_config(name: str, side: str, model: str, steps: int, workdir: Path) -> Path:
+    """``examples/quickstart.yaml`` with this config's model, length, lr and steps."""
+    spec = CONFIGS[name]
+    cfg = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+    cfg["name"] = f"{name}-{side}"
+    cfg["project"] = "trl-compare"
+    cfg["checkpoint_root_dir"] = str(workdir / "ckpt")
+    cfg["model"]["model_path"] = model
+    cfg["model"]["max_response_tokens"] = spec["max_response_tokens"]
+    algo = cfg["algorithm"]
+    algo["repeat_times"] = SHARED["repeat_times"]
+    algo["optimizer"] = {
+        "lr": spec["lr"],
+        "weight_decay": SHARED["weight_decay"],
+        "betas": SHARED["betas"],
+        "clip_grad": SHARED["grad_clip"],
+        "lr_scheduler_type": "constant",
+    }
+    algo["entropy_loss_fn_args"] = {"entropy_coef": SHARED["entropy_coef"]}
+    buffer = cfg["buffer"]
+    buffer["batch_size"] = SHARED["batch_size"]
+    buffer["total_steps"] = steps
+    buffer["explorer_input"].pop("eval_tasksets", None)
+    taskset = buffer["explorer_input"]["taskset"]
+    taskset["path"] = str(DATA.parent)
+    taskset["rollout_args"] = {"temperature": SHARED["temperature"]}
+    cfg["explorer"]["eval_on_startup"] = False
+    cfg["explorer"]["rollout_model"]["seed"] = SHARED["seed"]
+    cfg["synchronizer"]["sync_offset"] = 1 if side == "trinity-offset1" else 0
+    cfg["trainer"]["save_interval"] = 0  # at the end only (TRL saves nothing)
+    cfg["trainer"]["save_hf_checkpoint"] = "never"
+    path = workdir / f"{name}-{side}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def run_trinity(name: str, side: str, model: str, steps: int, workdir: Path) -> dict[str, Any]:
+    """Launch ``trinity-launch`` and time each step by its metrics record's arrival."""
+    config = trinity_config(name, side, model, steps, workdir)
+    metrics = workdir / "ckpt" / "trl-compare" / "cpu" / f"{name}-{side}" / "metrics.jsonl"
+    log = (workdir / f"{name}-{side}.log").open("w")
+    launcher = Path(sys.executable).with_name("trinity-launch")
+    launched = time.time()
+    proc = subprocess.Popen([str(launcher), str(config)], stdout=log, stderr=subprocess.STDOUT)
+    seen: dict[int, dict[str, Any]] = {}
+    offset = 0
+    while True:
+        done = proc.poll() is not None
+        if metrics.exists():
+            with metrics.open() as f:
+                f.seek(offset)
+                chunk = f.read()
+            complete = chunk[: chunk.rfind("\n") + 1]
+            offset += len(complete.encode())
+            now = time.time() - launched
+            for line in complete.splitlines():
+                record = json.loads(line)
+                if "rollout/reward/mean" in record and "time/train_step" in record:
+                    seen[int(record["step"])] = {"t": now, **record}
+        if done:
+            break
+        time.sleep(0.02)
+    log.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{side} ({name}) exited {proc.returncode}; see {log.name}")
+    steps_out = [
+        {
+            "step": s,
+            "t": seen[s]["t"],
+            "reward": seen[s]["rollout/reward/mean"],
+            "breakdown": {k: v for k, v in seen[s].items() if k.startswith(("time/", "train/"))},
+        }
+        for s in sorted(seen)
+    ]
+    return {"steps": steps_out, "wall": time.time() - launched}
+
+
+def run_trl(name: str, model: str, steps: int, workdir: Path, python: Path) -> dict[str, Any]:
+    """Launch ``benchmarks/trl_side.py`` in TRL's environment."""
+    if not python.exists():
+        raise RuntimeError(
+            f"TRL's environment is missing ({python}); create it with ./scripts/bench_env.sh"
+        )
+    spec = CONFIGS[name]
+    out = workdir / f"{name}-trl.jsonl"
+    out.unlink(missing_ok=True)
+    spec_path = workdir / f"{name}-trl.json"
+    launched = time.time()
+    spec_path.write_text(
+        json.dumps(
+            {
+                **SHARED,
+                "launched_at": launched,
+                "model": model,
+                "data": str(DATA),
+                "out": str(out),
+                "steps": steps,
+                "max_response_tokens": spec["max_response_tokens"],
+                "lr": spec["lr"],
+            }
+        )
+    )
+    with (workdir / f"{name}-trl.log").open("w") as log:
+        code = subprocess.call(
+            [str(python), str(REPO / "benchmarks" / "trl_side.py"), str(spec_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    if code != 0:
+        raise RuntimeError(f"trl ({name}) exited {code}; see {workdir / f'{name}-trl.log'}")
+    steps_out = [json.loads(line) for line in out.read_text().splitlines() if line]
+    return {"steps": steps_out, "wall": time.time() - launched}
+
+
+# ------------------------------------------------------------------------------ summaries
+
+
+def summarize(run: dict[str, Any]) -> dict[str, Optional[float]]:
+    """startup, s/step, time to a 5-step mean reward >= 0.8, final reward of one side."""
+    steps = run["steps"]
+    times = [s["t"] for s in steps]
+    rewards = [float(s["reward"]) for s in steps]
+    gaps = [b - a for a, b in zip(times[1:], times[2:], strict=False)]  # from step 3 on
+    to_08 = None
+    for i in range(4, len(rewards)):
+        if statistics.fmean(rewards[i - 4 : i + 1]) >= 0.8:
+            to_08 = times[i]
+            break
+    return {
+        "steps": float(len(steps)),
+        "startup_s": times[0] if times else None,
+        "s_per_step": statistics.median(gaps) if gaps else None,
+        "time_to_0.8_s": to_08,
+        "first_reward": statistics.fmean(rewards[:5]) if rewards else None,
+        "final_reward": statistics.fmean(rewards[-5:]) if rewards else None,
+    }
+
+
+def breakdown(run: dict[str, Any]) -> dict[str, float]:
+    """Median of every ``time/*`` and ``train/*`` metric over Trinity's steps from step 3."""
+    rows = [s["breakdown"] for s in run["steps"][2:]] or [s["breakdown"] for s in run["steps"]]
+    keys = sorted({k for r in rows for k in r})
+    return {k: statistics.median([r[k] for r in rows if k in r]) for k in keys}
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a and b else None
+
+
+def fmt(value: Optional[float], unit: str = "") -> str:
+    return "-" if value is None else f"{value:.3g}{unit}"
+
+
+# ------------------------------------------------------------------ the train-step check
+
+
+def train_step_check(
+    name: str, model: str, workdir: Path, reps: int, profile: bool = False
+) -> dict[str, Any]:
+    """Trinity's train step against bare HF forward+backward over the same unpadded tokens
+    (with ``profile``, also print a cProfile of one Trinity step)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trinity.common.config import load_config
+    from trinity.common.experience import Experience, collate_experiences
+    from trinity.launcher.trainer.verl_engine import (
+        TrinityLoss,
+        VerlEngineSettings,
+        VerlTrainEngine,
+    )
+
+    config = load_config(str(trinity_config(name, "trinity", model, 1, workdir)))
+    config.check_and_update()
+    settings = VerlEngineSettings.from_config(config)
+    engine = VerlTrainEngine(settings)
+    loss = TrinityLoss.from_algorithm(config.algorithm)
+
+    g = torch.Generator().manual_seed(0)
+    max_r = CONFIGS[name]["max_response_tokens"]
+    exps = []
+    for _ in range(SHARED["batch_size"] * SHARED["repeat_times"]):
+        r = int(torch.randint(1, max_r + 1, (1,), generator=g))
+        exps.append(
+            Experience(
+                tokens=torch.randint(3, 20, (7 + r,), generator=g),
+                prompt_length=7,
+                reward=0.0,
+                logprobs=-torch.rand(r, generator=g),
+                advantages=torch.randn(r, generator=g),
+                action_mask=torch.ones(r),
+            )
+        )
+    hf = AutoModelForCausalLM.from_pretrained(
+        model, attn_implementation="sdpa", dtype=torch.float32
+    )
+    hf.train()
+    opt = torch.optim.AdamW(hf.parameters(), lr=1e-6)
+    budget = int(settings.max_token_len_per_gpu or 0)
+
+    def response_loss(logits: torch.Tensor, spans: list[tuple[int, int]], ids: torch.Tensor):
+        # log-prob of each response token (what a policy loss reads), summed: one backward
+        total = logits.new_zeros(())
+        for start, end in spans:
+            lp = torch.log_softmax(logits[start - 1 : end - 1].float(), -1)
+            total = total + lp.gather(-1, ids[start:end, None]).sum()
+        return total
+
+    def bare_per_sequence() -> float:
+        t0 = time.perf_counter()
+        for e in exps:
+            ids = e.tokens.long()
+            logits = hf(input_ids=ids[None]).logits[0]
+            response_loss(logits, [(e.prompt_length, len(ids))], ids).backward()
+        opt.step()
+        opt.zero_grad()
+        return time.perf_counter() - t0
+
+    def bare_sorted_chunks(rows: int = 16) -> float:
+        t0 = time.perf_counter()
+        ordered = sorted(exps, key=lambda e: len(e.tokens))
+        for i in range(0, len(ordered), rows):
+            part = ordered[i : i + rows]
+            width = max(len(e.tokens) for e in part)
+            ids = torch.zeros(len(part), width, dtype=torch.long)
+            mask = torch.zeros(len(part), width, dtype=torch.long)
+            for j, e in enumerate(part):
+                ids[j, : len(e.tokens)] = e.tokens
+                mask[j, : len(e.tokens)] = 1
+            logits = hf(input_ids=ids, attention_mask=mask).logits
+            total = logits.new_zeros(())
+            for j, e in enumerate(part):
+                total = total + response_loss(logits[j], [(e.prompt_length, len(e.tokens))], ids[j])
+            total.backward()
+        opt.step()
+        opt.zero_grad()
+        return time.perf_counter() - t0
+
+    def bare_packed() -> float:
+        t0 = time.perf_counter()
+        chunk: list[Any] = []
+        chunks = []
+        for e in exps:
+            if chunk and sum(len(c.tokens) for c in chunk) + len(e.tokens) > max(budget, 1):
+                chunks.append(chunk)
+                chunk = []
+            chunk.append(e)
+        chunks.append(chunk)
+        for part in chunks:
+            ids = torch.cat([e.tokens for e in part]).long()
+            pos = torch.cat([torch.arange(len(e.tokens)) for e in part])
+            logits = hf(input_ids=ids[None], position_ids=pos[None]).logits[0]
+            spans, at = [], 0
+            for e in part:
+                spans.append((at + e.prompt_length, at + len(e.tokens)))
+                at += len(e.tokens)
+            response_loss(logits, spans, ids).backward()
+        opt.step()
+        opt.zero_grad()
+        return time.perf_counter() - t0
+
+    last_metrics: dict[str, float] = {}
+
+    def trinity() -> float:
+        t0 = time.perf_counter()
+        last_metrics.update(engine.train_step(collate_experiences(exps), loss, 1.0))
+        return time.perf_counter() - t0
+
+    sides = {
+        "trinity": trinity,
+        "bare: per sequence": bare_per_sequence,
+        "bare: sorted chunks of 16": bare_sorted_chunks,
+        f"bare: packed, {budget}-token micro-batches": bare_packed,
+    }
+    for fn in sides.values():  # warm-up
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    for _ in range(reps):
+        for k, fn in sides.items():
+            times[k].append(fn())
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    if profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.runcall(trinity)
+        print(f"[{name}] profile of one Trinity train step (cumulative time):")
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+    bare = min((v, k) for k, v in medians.items() if k != "trinity")
+    real = sum(len(e.tokens) for e in exps)
+    return {
+        "medians_s": medians,
+        "fastest_bare": bare[1],
+        "ratio_trinity_over_bare": medians["trinity"] / bare[0],
+        "real_tokens": real,
+        "padded_tokens": len(exps) * max(len(e.tokens) for e in exps),
+        "token_budget": budget,
+        "micro_batches": last_metrics.get("train/micro_batches"),
+        "breakdown": {k: v for k, v in last_metrics.items() if k.startswith("time/train")},
+    }
+
+
+# ---------------------------------------------------------------------------------- main
+
+
+def plot(curves: dict[str, dict[str, Any]], path: Path) -> None:
+    """Reward against step and against wall time, one line per config and side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, run in curves.items():
+        steps = [s["step"] for s in run["steps"]]
+        rewards = [s["reward"] for s in run["steps"]]
+        by_step.plot(steps, rewards, label=label, linewidth=1)
+        by_time.plot([s["t"] for s in run["steps"]], rewards, label=label, linewidth=1)
+    by_step.set(xlabel="step", ylabel="mean reward of the step's samples")
+    by_time.set(xlabel="seconds since launch", ylabel="mean reward")
+    by_step.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--configs", default="quickstart,realistic")
+    parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--steps", type=int, default=None, help="steps of every config")
+    parser.add_argument("--smoke", action="store_true", help="a few steps, trinity and trl")
+    parser.add_argument("--reps", type=int, default=3, help="train-step check repetitions")
+    parser.add_argument("--no-train-check", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="cProfile one Trinity step")
+    parser.add_argument("--trl-python", type=Path, default=TRL_PYTHON)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    configs = [c for c in args.configs.split(",") if c]
+    sides = [s for s in args.sides.split(",") if s]
+    if args.smoke and args.sides == ",".join(SIDES):
+        sides = ["trinity", "trl"]
+    for name in configs:
+        if name not in CONFIGS:
+            parser.error(f"--configs: unknown {name!r}; allowed: {', '.join(CONFIGS)}")
+    for side in sides:
+        if side not in SIDES:
+            parser.error(f"--sides: unknown {side!r}; allowed: {', '.join(SIDES)}")
+    out = args.out or Path(tempfile.mkdtemp(prefix="trl-compare-"))
+    out.mkdir(parents=True, exist_ok=True)
+
+    from trinity.launcher.tiny_model import PRESETS, build_tiny_model
+
+    results: dict[str, Any] = {"configs": {}, "machine": {"cpus": os.cpu_count()}}
+    curves: dict[str, dict[str, Any]] = {}
+    failed = False
+    for name in configs:
+        spec = CONFIGS[name]
+        model = str(out / "models" / spec["preset"])
+        build_tiny_model(model, PRESETS[spec["preset"]])
+        steps = args.steps or (spec["smoke_steps"] if args.smoke else spec["steps"])
+        entry: dict[str, Any] = {"steps": steps, "sides": {}}
+        for side in sides:
+            print(f"[{name}] {side}: {steps} steps ...", flush=True)
+            workdir = out / "runs"
+            workdir.mkdir(exist_ok=True)
+            try:
+                if side == "trl":
+                    run = run_trl(name, model, steps, workdir, args.trl_python)
+                else:
+                    run = run_trinity(name, side, model, steps, workdir)
+            except RuntimeError as exc:
+                print(f"[{name}] {side} FAILED: {exc}", flush=True)
+                failed = True
+                continue
+            summary = summarize(run)
+            if side != "trl":
+                summary["breakdown"] = breakdown(run)
+            entry["sides"][side] = summary
+            curves[f"{name}/{side}"] = run
+        t, r = entry["sides"].get("trinity"), entry["sides"].get("trl")
+        if t and r:
+            entry["ratios"] = {
+                "trinity_steps_per_s_over_trl": ratio(r["s_per_step"], t["s_per_step"]),
+                "startup_trinity_over_trl": ratio(t["startup_s"], r["startup_s"]),
+                "time_to_0.8_trinity_over_trl": ratio(t["time_to_0.8_s"], r["time_to_0.8_s"]),
+            }
+        if not args.no_train_check:
+            print(f"[{name}] train-step check ...", flush=True)
+            entry["train_step_check"] = train_step_check(
+                name, model, out / "runs", 1 if args.smoke else args.reps, args.profile
+            )
+        results["configs"][name] = entry
+
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "curves.json").write_text(json.dumps(curves))
+    if curves:
+        plot(curves, out / "curves.png")
+    print()
+    for name, entry in results["configs"].items():
+        print(f"== {name} ({entry['steps']} steps)")
+        print(
+            f"{'side':18s} {'startup':>9s} {'s/step':>8s} {'to 0.8':>8s} {'first5':>7s} {'last5':>7s}"
+        )
+        for side, s in entry["sides"].items():
+            print(
+                f"{side:18s} {fmt(s['startup_s'], 's'):>9s} {fmt(s['s_per_step'], 's'):>8s} "
+                f"{fmt(s['time_to_0.8_s'], 's'):>8s} {fmt(s['first_reward']):>7s} "
+                f"{fmt(s['final_reward']):>7s}"
+            )
+        for key, value in (entry.get("ratios") or {}).items():
+            print(f"  {key}: {fmt(value)}")
+        for side, s in entry["sides"].items():
+            if "breakdown" in s:
+                parts = ", ".join(f"{k}={v:.3g}" for k, v in s["breakdown"].items())
+                print(f"  {side} breakdown (medians): {parts}")
+        check = entry.get("train_step_check")
+        if check:
+            print(
+                f"  train step: trinity {check['medians_s']['trinity']:.3f}s vs "
+                f"{check['fastest_bare']} {min(v for k, v in check['medians_s'].items() if k != 'trinity'):.3f}s"
+                f" -> ratio {check['ratio_trinity_over_bare']:.2f} (target <= 1.2); "
+                f"{check['real_tokens']} real / {check['padded_tokens']} padded tokens, "
+                f"{check['micro_batches']} micro-batches of <= {check['token_budget']} tokens"
+            )
+            for k, v in check["medians_s"].items():
+                print(f"    {k}: {v:.3f}s")
+    print(f"\nresults: {out / 'results.json'}; curves: {out / 'curves.png'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

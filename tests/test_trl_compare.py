@@ -1,0 +1,98 @@
+"""``benchmarks/trl_compare.py``: its summaries (pure functions) and a smoke run of both configs
+with both sides (``--smoke``: a few steps each, Trinity and TRL's ``GRPOTrainer``, plus the
+train-step check). Timings are recorded, never asserted: on a shared CI machine they measure
+the machine's load. TRL's environment (``.venvs/benchmark``) is built by ``scripts/test.sh``
+and ``scripts/bench_env.sh``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("trl_compare", ROOT / "benchmarks" / "trl_compare.py")
+trl_compare = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(trl_compare)
+
+
+def _run(times, rewards):
+    return {
+        "steps": [
+            {"step": i + 1, "t": t, "reward": r}
+            for i, (t, r) in enumerate(zip(times, rewards, strict=True))
+        ]
+    }
+
+
+def test_summary_reads_startup_step_time_and_time_to_target():
+    times = [10.0, 11.0, 11.5, 12.0, 12.5, 13.0, 13.5, 14.0]
+    rewards = [0.0, 0.1, 0.5, 0.9, 0.9, 0.9, 0.9, 0.9]
+    s = trl_compare.summarize(_run(times, rewards))
+    assert s["startup_s"] == 10.0  # launch to the end of step 1
+    assert s["s_per_step"] == 0.5  # median gap from step 3 on (the first gap is warm-up)
+    # first 5-step window with mean >= 0.8: steps 4..8 -> ends at step 8 (t = 14.0)
+    assert s["time_to_0.8_s"] == 14.0
+    assert s["final_reward"] == pytest.approx(0.9)
+    never = trl_compare.summarize(_run(times, [0.1] * 8))
+    assert never["time_to_0.8_s"] is None
+
+
+def test_trinity_config_shares_the_settings_with_trl(tmp_path):
+    import yaml
+
+    path = trl_compare.trinity_config("realistic", "trinity-offset1", "/m", 7, tmp_path)
+    cfg = yaml.safe_load(path.read_text())
+    assert (
+        cfg["model"]["max_response_tokens"]
+        == trl_compare.CONFIGS["realistic"]["max_response_tokens"]
+    )
+    assert cfg["algorithm"]["optimizer"]["lr"] == trl_compare.CONFIGS["realistic"]["lr"]
+    assert cfg["buffer"]["batch_size"] == trl_compare.SHARED["batch_size"]
+    assert cfg["algorithm"]["repeat_times"] == trl_compare.SHARED["repeat_times"]
+    assert cfg["synchronizer"]["sync_offset"] == 1
+    assert "eval_tasksets" not in cfg["buffer"]["explorer_input"]
+    from trinity.common.config import load_config
+
+    load_config(str(path))  # a valid config
+
+
+@pytest.mark.slow
+def test_smoke_both_configs_both_sides(tmp_path):
+    if not trl_compare.TRL_PYTHON.exists():
+        pytest.fail(
+            f"TRL's environment is missing: run ./scripts/bench_env.sh ({trl_compare.TRL_PYTHON})"
+        )
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "benchmarks/trl_compare.py", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    tail = (done.stdout + done.stderr)[-4000:]
+    assert done.returncode == 0, f"trl_compare --smoke exited {done.returncode}:\n{tail}"
+    results = json.loads((tmp_path / "results.json").read_text())
+    for name in ("quickstart", "realistic"):
+        entry = results["configs"][name]
+        for side in ("trinity", "trl"):
+            summary = entry["sides"][side]
+            assert summary["steps"] == trl_compare.CONFIGS[name]["smoke_steps"], (name, side)
+            assert summary["startup_s"] > 0 and summary["s_per_step"] > 0
+        assert entry["ratios"]["trinity_steps_per_s_over_trl"] > 0
+        breakdown = entry["sides"]["trinity"]["breakdown"]
+        for key in ("time/train/forward_backward", "time/train/optimizer", "train/real_tokens"):
+            assert key in breakdown, key
+    check = results["configs"]["realistic"]["train_step_check"]
+    assert results["configs"]["quickstart"]["train_step_check"]["micro_batches"] >= 1
+    assert check["ratio_trinity_over_bare"] > 0 and check["micro_batches"] >= 1
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    assert "train step: trinity" in done.stdout
