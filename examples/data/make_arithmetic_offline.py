@@ -1,0 +1,70 @@
+"""Build the small offline sets of the learning matrix (``benchmarks/learning_matrix.py``).
+
+Written on the arithmetic vocabulary of the quickstart's tiny model (digits, ``+``, ``=``, chat
+words), so a randomly initialised 2-layer model can learn them on a CPU in a few minutes:
+
+* ``arithmetic_sft/{train,test}.jsonl`` — ``{"question": "3+4=", "answer": "7"}`` for every
+  ``a+b`` with single digits and a single-digit sum (55 problems), shuffled with a fixed seed
+  and split 44 / 11. The test split is held out: SFT's metric is the greedy answer accuracy on
+  problems it never trained on (the model has to learn addition, not a lookup table).
+* ``arithmetic_dpo/{train,test}.jsonl`` — the same split as preference pairs: the prompt as
+  chat messages, ``chosen`` the right sum, ``rejected`` a wrong one (the right sum ± 1..3, kept
+  within 0..9). DPO's metric is the share of held-out pairs whose implicit reward
+  ``log pi(chosen)/pi_ref(chosen) - log pi(rejected)/pi_ref(rejected)`` is positive.
+
+Deterministic: running it again rewrites the same files (``python
+examples/data/make_arithmetic_offline.py``; the generated files are committed).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SEED = 0
+TEST_SHARE = 5  # one problem in five is held out
+
+
+def problems() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The (train, test) split of every ``a+b`` with ``a, b, a+b`` in 0..9."""
+    pairs = [(a, b) for a in range(10) for b in range(10) if a + b <= 9]
+    rng = random.Random(SEED)
+    rng.shuffle(pairs)
+    k = len(pairs) // TEST_SHARE
+    return pairs[k:], pairs[:k]
+
+
+def _wrong_answer(total: int, rng: random.Random) -> int:
+    choices = [total + d for d in (-3, -2, -1, 1, 2, 3) if 0 <= total + d <= 9]
+    return rng.choice(choices)
+
+
+def write(out_dir: Path = HERE) -> list[Path]:
+    """Write both sets under ``out_dir``; return the files written."""
+    train, test = problems()
+    rng = random.Random(SEED + 1)
+    written: list[Path] = []
+    for split, pairs in (("train", train), ("test", test)):
+        sft = out_dir / "arithmetic_sft" / f"{split}.jsonl"
+        dpo = out_dir / "arithmetic_dpo" / f"{split}.jsonl"
+        sft.parent.mkdir(parents=True, exist_ok=True)
+        dpo.parent.mkdir(parents=True, exist_ok=True)
+        with sft.open("w", encoding="utf-8") as fs, dpo.open("w", encoding="utf-8") as fd:
+            for a, b in pairs:
+                question, answer = f"{a}+{b}=", str(a + b)
+                fs.write(json.dumps({"question": question, "answer": answer}) + "\n")
+                row = {
+                    "prompt": [{"role": "user", "content": question}],
+                    "chosen": [{"role": "assistant", "content": answer}],
+                    "rejected": [{"role": "assistant", "content": str(_wrong_answer(a + b, rng))}],
+                }
+                fd.write(json.dumps(row) + "\n")
+        written += [sft, dpo]
+    return written
+
+
+if __name__ == "__main__":
+    for path in write():
+        print(path)
