@@ -146,6 +146,27 @@ TYPES: dict[str, TypeSpec] = {
         note="adds expert data (`buffer.trainer_input.auxiliary_buffers.sft_dataset`: the SFT "
         "set's 44 training problems) and `buffer.train_batch_size` 256 (half expert rows)",
     ),
+    "multi_step_grpo": TypeSpec(
+        60,
+        30,
+        overrides={
+            # a multi-turn task: two questions per episode, one experience per turn
+            "model": {"max_prompt_tokens": 40},
+            "buffer": {
+                "explorer_input": {
+                    "taskset": {
+                        "name": "arithmetic_multi_turn",
+                        "path": str(DATA / "arithmetic_multi_turn"),
+                        "default_workflow_type": "arithmetic_multi_turn_workflow",
+                    },
+                    "eval_tasksets": [],
+                }
+            },
+        },
+        note="a multi-turn task (`arithmetic_multi_turn_workflow` on "
+        "`examples/data/arithmetic_multi_turn`: two questions per episode, one experience per "
+        "turn, reward = share answered right)",
+    ),
     "sft": TypeSpec(60, 30, kind="sft", save_every=5, ci_save_every=5),
     "dpo": TypeSpec(40, 20, kind="dpo", save_every=4, ci_save_every=4),
 }
@@ -330,8 +351,10 @@ def dpo_preference_accuracy(
 def offline_curve(kind: str, model: str, run_dir: Path) -> list[tuple[int, float]]:
     """The metric of the initial model (step 0) and of every checkpoint of ``run_dir``."""
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    transformers.logging.disable_progress_bar()  # one "Loading weights" bar per checkpoint
     tokenizer = AutoTokenizer.from_pretrained(model)
     points = [(0, model)] + [(step, str(path)) for step, path in _checkpoints(run_dir)]
     if kind == "sft":

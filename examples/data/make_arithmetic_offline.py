@@ -11,6 +11,9 @@ words), so a randomly initialised 2-layer model can learn them on a CPU in a few
   chat messages, ``chosen`` the right sum, ``rejected`` a wrong one (the right sum ± 1..3, kept
   within 0..9). DPO's metric is the share of held-out pairs whose implicit reward
   ``log pi(chosen)/pi_ref(chosen) - log pi(rejected)/pi_ref(rejected)`` is positive.
+* ``arithmetic_multi_turn/train.jsonl`` — the quickstart's 25 problems (a+b, a and b in 0..4)
+  as two-turn conversations for ``multi_step_grpo``: ``{"questions": ["2+4=", "1+3="]}``, the
+  second question another of the 25 (``arithmetic_multi_turn_workflow`` asks one per turn).
 
 Deterministic: running it again rewrites the same files (``python
 examples/data/make_arithmetic_offline.py``; the generated files are committed).
@@ -62,6 +65,15 @@ def write(out_dir: Path = HERE) -> list[Path]:
                 }
                 fd.write(json.dumps(row) + "\n")
         written += [sft, dpo]
+    quick = [(a, b) for a in range(5) for b in range(5)]
+    rng = random.Random(SEED + 2)
+    multi = out_dir / "arithmetic_multi_turn" / "train.jsonl"
+    multi.parent.mkdir(parents=True, exist_ok=True)
+    with multi.open("w", encoding="utf-8") as f:
+        for a, b in quick:
+            c, d = rng.choice(quick)
+            f.write(json.dumps({"questions": [f"{a}+{b}=", f"{c}+{d}="]}) + "\n")
+    written.append(multi)
     return written
 
 
