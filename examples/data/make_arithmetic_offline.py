@@ -8,9 +8,12 @@ words), so a randomly initialised 2-layer model can learn them on a CPU in a few
   and split 44 / 11. The test split is held out: SFT's metric is the greedy answer accuracy on
   problems it never trained on (the model has to learn addition, not a lookup table).
 * ``arithmetic_dpo/{train,test}.jsonl`` — the same split as preference pairs: the prompt as
-  chat messages, ``chosen`` the right sum, ``rejected`` a wrong one (the right sum ± 1..3, kept
-  within 0..9). DPO's metric is the share of held-out pairs whose implicit reward
-  ``log pi(chosen)/pi_ref(chosen) - log pi(rejected)/pi_ref(rejected)`` is positive.
+  chat messages, ``chosen`` the right sum, ``rejected`` a wrong one. Train: 3 pairs per
+  problem, the rejected answers 3 distinct near misses (the right sum ± 1..3 within 0..9).
+  Test: 9 pairs per held-out problem, one per wrong digit. DPO's metric is the share of held-out
+  problems whose chosen answer wins *every* one of its pairs, a pair won when its implicit
+  reward ``log pi(chosen)/pi_ref(chosen) - log pi(rejected)/pi_ref(rejected)`` is positive
+  (chance: about 0.1; a single pair's chance is 0.5, too close to the bar to show learning).
 * ``arithmetic_multi_turn/train.jsonl`` — the quickstart's 25 problems (a+b, a and b in 0..4)
   as two-turn conversations for ``multi_step_grpo``: ``{"questions": ["2+4=", "1+3="]}``, the
   second question another of the 25 (``arithmetic_multi_turn_workflow`` asks one per turn).
@@ -39,9 +42,12 @@ def problems() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     return pairs[k:], pairs[:k]
 
 
-def _wrong_answer(total: int, rng: random.Random) -> int:
+def _rejected(total: int, split: str, rng: random.Random) -> list[int]:
+    """Train: 3 distinct near misses; test: every wrong digit."""
+    if split == "test":
+        return [k for k in range(10) if k != total]
     choices = [total + d for d in (-3, -2, -1, 1, 2, 3) if 0 <= total + d <= 9]
-    return rng.choice(choices)
+    return rng.sample(choices, 3)
 
 
 def write(out_dir: Path = HERE) -> list[Path]:
@@ -58,12 +64,13 @@ def write(out_dir: Path = HERE) -> list[Path]:
             for a, b in pairs:
                 question, answer = f"{a}+{b}=", str(a + b)
                 fs.write(json.dumps({"question": question, "answer": answer}) + "\n")
-                row = {
-                    "prompt": [{"role": "user", "content": question}],
-                    "chosen": [{"role": "assistant", "content": answer}],
-                    "rejected": [{"role": "assistant", "content": str(_wrong_answer(a + b, rng))}],
-                }
-                fd.write(json.dumps(row) + "\n")
+                for wrong in _rejected(a + b, split, rng):
+                    row = {
+                        "prompt": [{"role": "user", "content": question}],
+                        "chosen": [{"role": "assistant", "content": answer}],
+                        "rejected": [{"role": "assistant", "content": str(wrong)}],
+                    }
+                    fd.write(json.dumps(row) + "\n")
         written += [sft, dpo]
     quick = [(a, b) for a in range(5) for b in range(5)]
     rng = random.Random(SEED + 2)
