@@ -169,7 +169,7 @@ TYPES: dict[str, TypeSpec] = {
         "turn, reward = share answered right)",
     ),
     "sft": TypeSpec(80, 40, kind="sft", save_every=8, ci_save_every=4),
-    "dpo": TypeSpec(80, 40, kind="dpo", save_every=8, ci_save_every=4),
+    "dpo": TypeSpec(160, 60, kind="dpo", save_every=16, ci_save_every=6),
 }
 
 
@@ -240,7 +240,7 @@ def offline_config(
                 "rejected_key": "rejected",
             },
         }
-        algorithm = {"algorithm_type": "dpo", "optimizer": {"lr": 1e-3}}
+        algorithm = {"algorithm_type": "dpo", "optimizer": {"lr": 2e-3}}
     return {
         "project": "learning-matrix",
         "group": "cpu",
