@@ -27,6 +27,7 @@ part between its ``matrix`` markers) and ``docs/learning_matrix.png``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -38,7 +39,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import yaml
 
@@ -413,11 +414,17 @@ def _window_means(curve: list[tuple[int, float]], window: int) -> tuple[float, f
     return sum(head) / len(head), sum(tail) / len(tail)
 
 
-def _launch(config_path: Path, log_path: Path, timeout: float) -> tuple[int, str]:
+def _launch(
+    config_path: Path, log_path: Path, timeout: float, ray_address: Optional[str] = None
+) -> tuple[int, str]:
     env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)  # a local Ray per run
-    ray_tmp = tempfile.mkdtemp(prefix="tr-lm-")  # Ray's socket paths must stay short
-    env["TRINITY_RAY_TMPDIR"] = ray_tmp
+    ray_tmp = None
+    if ray_address:
+        env["RAY_ADDRESS"] = ray_address  # join the matrix's Ray (see shared_ray)
+    else:
+        env.pop("RAY_ADDRESS", None)  # a local Ray per run
+        ray_tmp = tempfile.mkdtemp(prefix="tr-lm-")  # Ray's socket paths must stay short
+        env["TRINITY_RAY_TMPDIR"] = ray_tmp
     launcher = Path(sys.executable).parent / "trinity-launch"
     try:
         with log_path.open("w") as log:
@@ -433,7 +440,26 @@ def _launch(config_path: Path, log_path: Path, timeout: float) -> tuple[int, str
     except subprocess.TimeoutExpired:
         return -1, f"timed out after {timeout:.0f} s"
     finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+        if ray_tmp:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def shared_ray() -> Iterator[str]:
+    """One local Ray for a whole matrix (its address; every launcher run joins it).
+
+    Starting Ray costs each run ~10 s on 2 cores; a run that joins a cluster leaves it running
+    when it ends (its own actors go with its driver), so the next type starts on a clean one.
+    """
+    import ray
+
+    tmp = tempfile.mkdtemp(prefix="tr-lm-")  # Ray's socket paths must stay short
+    try:
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=tmp)
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_type(
@@ -442,6 +468,7 @@ def run_type(
     model: str,
     ci: bool = False,
     timeout: float = 1800,
+    ray_address: Optional[str] = None,
 ) -> Result:
     """Train ``algorithm_type`` as :data:`TYPES` says; return its row (``passed`` against the
     bar of the full or the reduced matrix)."""
@@ -461,7 +488,7 @@ def run_type(
     config_path = run_dir / "config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     start = time.monotonic()
-    code, error = _launch(config_path, run_dir / "launch.log", timeout)
+    code, error = _launch(config_path, run_dir / "launch.log", timeout, ray_address)
     curve: list[tuple[int, float]] = []
     metric = RL_METRIC
     if code == 0 and spec.kind == "rl":
@@ -516,9 +543,11 @@ def run_matrix(
     out: Path,
     ci: bool = False,
     on_result: Optional[Callable[[Result], None]] = None,
+    share_ray: bool = True,
 ) -> list[Result]:
     """Run ``types`` one after the other; write ``out/learning_matrix.{json,md,png}`` after
-    each type (a partial matrix survives an interruption)."""
+    each type (a partial matrix survives an interruption). ``share_ray``: every run joins one
+    Ray started here (:func:`shared_ray`) instead of starting its own."""
     unknown = sorted(set(types) - set(TYPES))
     if unknown:
         raise ValueError(f"unknown algorithm types {unknown}; known: {sorted(TYPES)}")
@@ -527,13 +556,15 @@ def run_matrix(
     # rows of types run earlier into the same directory stay (re-running one type updates it)
     kept = {r.algorithm_type: r for r in load_results(out)}
     results: list[Result] = []
-    for name in types:
-        result = run_type(name, out, model, ci=ci)
-        results.append(result)
-        kept[name] = result
-        write_results([kept[t] for t in TYPES if t in kept], out)
-        if on_result is not None:
-            on_result(result)
+    with contextlib.ExitStack() as stack:
+        address = stack.enter_context(shared_ray()) if share_ray else None
+        for name in types:
+            result = run_type(name, out, model, ci=ci, ray_address=address)
+            results.append(result)
+            kept[name] = result
+            write_results([kept[t] for t in TYPES if t in kept], out)
+            if on_result is not None:
+                on_result(result)
     return results
 
 
@@ -600,6 +631,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--ci", action="store_true", help="the reduced matrix (CI's bar)")
     parser.add_argument("--out", default=None, help="run directory (default: a temporary one)")
     parser.add_argument("--doc", action="store_true", help="write docs/learning.md's table")
+    parser.add_argument(
+        "--ray-per-run", action="store_true", help="each run starts its own Ray (default: shared)"
+    )
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="learning-matrix-")).resolve()
     types = [t.strip() for t in args.types.split(",") if t.strip()]
@@ -613,7 +647,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
 
     print(f"learning matrix in {out}", flush=True)
-    results = run_matrix(types, out, ci=args.ci, on_result=show)
+    results = run_matrix(types, out, ci=args.ci, on_result=show, share_ray=not args.ray_per_run)
     png = out / "learning_matrix.png"
     if args.doc:
         update_doc(load_results(out), png)

@@ -44,8 +44,13 @@ def _needs(module: str) -> None:
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory):
+    """The run directory, the tiny model and one Ray every type's run joins."""
+    _needs("vllm")
+    _needs("verl")
     out = tmp_path_factory.mktemp("learning-matrix")
-    return out, lm.build_model(out)
+    model = lm.build_model(out)
+    with lm.shared_ray() as address:
+        yield out, model, address
 
 
 def test_every_registered_type_is_in_the_matrix():
@@ -56,10 +61,8 @@ def test_every_registered_type_is_in_the_matrix():
 
 @pytest.mark.parametrize("algorithm_type", list(lm.TYPES))
 def test_type_learns(algorithm_type, matrix):
-    _needs("vllm")
-    _needs("verl")
-    out, model = matrix
-    result = lm.run_type(algorithm_type, out, model, ci=True)
+    out, model, address = matrix
+    result = lm.run_type(algorithm_type, out, model, ci=True, ray_address=address)
     lm.write_results(lm.load_results(out) + [result], out)
     assert not result.error, f"{algorithm_type} did not run: {result.error}"
     assert result.passed, (

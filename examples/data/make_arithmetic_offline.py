@@ -8,9 +8,8 @@ words), so a randomly initialised 2-layer model can learn them on a CPU in a few
   and split 44 / 11. The test split is held out: SFT's metric is the greedy answer accuracy on
   problems it never trained on (the model has to learn addition, not a lookup table).
 * ``arithmetic_dpo/{train,test}.jsonl`` — the same split as preference pairs: the prompt as
-  chat messages, ``chosen`` the right sum, ``rejected`` a wrong one. Train: 3 pairs per
-  problem, the rejected answers 3 distinct near misses (the right sum ± 1..3 within 0..9).
-  Test: 9 pairs per held-out problem, one per wrong digit. DPO's metric is the share of held-out
+  chat messages, ``chosen`` the right sum, ``rejected`` a wrong one: one pair per wrong digit
+  (9 per problem; 396 to train on, 99 held out). DPO's metric is the share of held-out
   problems whose chosen answer wins *every* one of its pairs, a pair won when its implicit
   reward ``log pi(chosen)/pi_ref(chosen) - log pi(rejected)/pi_ref(rejected)`` is positive
   (chance: about 0.1; a single pair's chance is 0.5, too close to the bar to show learning).
@@ -42,18 +41,14 @@ def problems() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     return pairs[k:], pairs[:k]
 
 
-def _rejected(total: int, split: str, rng: random.Random) -> list[int]:
-    """Train: 3 distinct near misses; test: every wrong digit."""
-    if split == "test":
-        return [k for k in range(10) if k != total]
-    choices = [total + d for d in (-3, -2, -1, 1, 2, 3) if 0 <= total + d <= 9]
-    return rng.sample(choices, 3)
+def _rejected(total: int) -> list[int]:
+    """Every wrong digit (9 pairs per problem)."""
+    return [k for k in range(10) if k != total]
 
 
 def write(out_dir: Path = HERE) -> list[Path]:
     """Write both sets under ``out_dir``; return the files written."""
     train, test = problems()
-    rng = random.Random(SEED + 1)
     written: list[Path] = []
     for split, pairs in (("train", train), ("test", test)):
         sft = out_dir / "arithmetic_sft" / f"{split}.jsonl"
@@ -64,7 +59,7 @@ def write(out_dir: Path = HERE) -> list[Path]:
             for a, b in pairs:
                 question, answer = f"{a}+{b}=", str(a + b)
                 fs.write(json.dumps({"question": question, "answer": answer}) + "\n")
-                for wrong in _rejected(a + b, split, rng):
+                for wrong in _rejected(a + b):
                     row = {
                         "prompt": [{"role": "user", "content": question}],
                         "chosen": [{"role": "assistant", "content": answer}],
