@@ -78,7 +78,7 @@ class Bar:
 FULL_BAR = Bar(first_max=0.2, last_min=0.6)
 #: The reduced matrix's bar: fewer steps, so a smaller rise, but still one that a type whose
 #: loss or advantage has a sign error, a wrong mask or a cancelling baseline does not make.
-CI_BAR = Bar(first_max=0.25, last_min=0.4, min_gain=0.25)
+CI_BAR = Bar(first_max=0.25, last_min=0.3, min_gain=0.2)
 
 
 @dataclass(frozen=True)
@@ -104,24 +104,24 @@ _SFT_FORMAT = {"prompt_type": "plaintext", "prompt_key": "question", "response_k
 
 #: Every registered type (``trinity.algorithm.ALGORITHM_TYPE``) and how it is run.
 TYPES: dict[str, TypeSpec] = {
-    "grpo": TypeSpec(60, 30, note="the quickstart itself"),
-    "rloo": TypeSpec(60, 30),
-    "reinforceplusplus": TypeSpec(60, 30),
-    "opmd": TypeSpec(60, 30),
+    "grpo": TypeSpec(60, 45, note="the quickstart itself"),
+    "rloo": TypeSpec(60, 45),
+    "reinforceplusplus": TypeSpec(60, 45),
+    "opmd": TypeSpec(60, 45),
     "asymre": TypeSpec(
         100,
         50,
         note="slower than the std-normalised types (its advantages are not divided by the group std): 100 steps",
     ),
-    "topr": TypeSpec(60, 30),
-    "cispo": TypeSpec(60, 30),
-    "gspo": TypeSpec(60, 30),
-    "sapo": TypeSpec(60, 30),
-    "dapo": TypeSpec(60, 30),
-    "raft": TypeSpec(60, 30),
+    "topr": TypeSpec(60, 45),
+    "cispo": TypeSpec(60, 45),
+    "gspo": TypeSpec(60, 45),
+    "sapo": TypeSpec(60, 45),
+    "dapo": TypeSpec(60, 45),
+    "raft": TypeSpec(60, 45),
     "ppo": TypeSpec(
         80,
-        40,
+        50,
         overrides={
             # the critic (a value head on a copy of the policy) is what PPO adds
             "model": {"critic_model_path": "{model}"},
@@ -131,7 +131,7 @@ TYPES: dict[str, TypeSpec] = {
     ),
     "mix": TypeSpec(
         60,
-        30,
+        45,
         overrides={
             # expert rows (the SFT set's training problems) beside the RL rows of each batch:
             # 128 RL rows per step as for the other types, plus as many expert rows
@@ -154,7 +154,7 @@ TYPES: dict[str, TypeSpec] = {
     ),
     "multi_step_grpo": TypeSpec(
         60,
-        30,
+        45,
         overrides={
             # a multi-turn task: two questions per episode, one experience per turn
             "model": {"max_prompt_tokens": 40},
@@ -173,7 +173,7 @@ TYPES: dict[str, TypeSpec] = {
         "`examples/data/arithmetic_multi_turn`: two questions per episode, one experience per "
         "turn, reward = share answered right)",
     ),
-    "sft": TypeSpec(80, 40, kind="sft", save_every=8, ci_save_every=4),
+    "sft": TypeSpec(80, 48, kind="sft", save_every=8, ci_save_every=4),
     "dpo": TypeSpec(160, 60, kind="dpo", save_every=16, ci_save_every=6),
 }
 
