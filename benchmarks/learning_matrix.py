@@ -118,7 +118,9 @@ TYPES: dict[str, TypeSpec] = {
     "gspo": TypeSpec(60, 45),
     "sapo": TypeSpec(60, 45),
     "dapo": TypeSpec(60, 45),
-    "raft": TypeSpec(60, 45),
+    "raft": TypeSpec(
+        100, 45, note="trains on the successful rollouts only (few at first): 100 steps"
+    ),
     "ppo": TypeSpec(
         80,
         50,
@@ -164,6 +166,7 @@ TYPES: dict[str, TypeSpec] = {
                         "name": "arithmetic_multi_turn",
                         "path": str(DATA / "arithmetic_multi_turn"),
                         "default_workflow_type": "arithmetic_multi_turn_workflow",
+                        "format": {"prompt_key": "questions"},
                     },
                     "eval_tasksets": [],
                 }
