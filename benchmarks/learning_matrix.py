@@ -166,7 +166,7 @@ TYPES: dict[str, TypeSpec] = {
                         "name": "arithmetic_multi_turn",
                         "path": str(DATA / "arithmetic_multi_turn"),
                         "default_workflow_type": "arithmetic_multi_turn_workflow",
-                        "format": {"prompt_key": "questions"},
+                        "format": {"prompt_key": "questions", "response_key": "answers"},
                     },
                     "eval_tasksets": [],
                 }

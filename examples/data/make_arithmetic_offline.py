@@ -14,8 +14,9 @@ words), so a randomly initialised 2-layer model can learn them on a CPU in a few
   reward ``log pi(chosen)/pi_ref(chosen) - log pi(rejected)/pi_ref(rejected)`` is positive
   (chance: about 0.1; a single pair's chance is 0.5, too close to the bar to show learning).
 * ``arithmetic_multi_turn/train.jsonl`` — the quickstart's 25 problems (a+b, a and b in 0..4)
-  as two-turn conversations for ``multi_step_grpo``: ``{"questions": ["2+4=", "1+3="]}``, the
-  second question another of the 25 (``arithmetic_multi_turn_workflow`` asks one per turn).
+  as two-turn conversations for ``multi_step_grpo``: ``{"questions": ["2+4=", "1+3="],
+  "answers": ["6", "4"]}``, the second question another of the 25
+  (``arithmetic_multi_turn_workflow`` asks one per turn).
 
 Deterministic: running it again rewrites the same files (``python
 examples/data/make_arithmetic_offline.py``; the generated files are committed).
@@ -74,7 +75,8 @@ def write(out_dir: Path = HERE) -> list[Path]:
     with multi.open("w", encoding="utf-8") as f:
         for a, b in quick:
             c, d = rng.choice(quick)
-            f.write(json.dumps({"questions": [f"{a}+{b}=", f"{c}+{d}="]}) + "\n")
+            row = {"questions": [f"{a}+{b}=", f"{c}+{d}="], "answers": [str(a + b), str(c + d)]}
+            f.write(json.dumps(row) + "\n")
     written.append(multi)
     return written
 

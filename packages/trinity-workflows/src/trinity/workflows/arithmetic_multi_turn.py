@@ -37,8 +37,10 @@ class ArithmeticMultiTurnWorkflow(ResettableWorkflowMixin, Workflow):
     """Ask the row's arithmetic questions one per turn; reward the share answered right.
 
     Task row: a list of questions under ``workflow_args.questions_key`` (default
-    ``"questions"``), e.g. ``{"questions": ["2+4=", "1+3="]}``. The truth of each question is
-    computed from it. ``workflow_args``: ``questions_key``, ``reward_timeout`` (seconds, 30).
+    ``"questions"``), e.g. ``{"questions": ["2+4=", "1+3="]}``; the truth of each question is
+    computed from it (an ``answers`` column, which a task set's ``format.response_key`` may
+    name, is not needed). ``workflow_args``: ``questions_key``, ``reward_timeout`` (seconds,
+    30).
     Runs: ``repeat_times`` episodes; the first turn of all of them is one call with
     ``n=repeat_times``, later turns one call per episode (their contexts differ).
     """
