@@ -161,6 +161,8 @@ TYPES: dict[str, TypeSpec] = {
             # a multi-turn task: two questions per episode, one experience per turn
             "model": {"max_prompt_tokens": 40},
             "buffer": {
+                # 16 tasks x 8 episodes x 2 turns: every experience of a step in its train step
+                "train_batch_size": 256,
                 "explorer_input": {
                     "taskset": {
                         "name": "arithmetic_multi_turn",
@@ -169,12 +171,12 @@ TYPES: dict[str, TypeSpec] = {
                         "format": {"prompt_key": "questions", "response_key": "answers"},
                     },
                     "eval_tasksets": [],
-                }
+                },
             },
         },
         note="a multi-turn task (`arithmetic_multi_turn_workflow` on "
         "`examples/data/arithmetic_multi_turn`: two questions per episode, one experience per "
-        "turn, reward = share answered right)",
+        "turn, reward = share answered right) and `buffer.train_batch_size` 256 (both turns)",
     ),
     "sft": TypeSpec(80, 48, kind="sft", save_every=8, ci_save_every=4),
     "dpo": TypeSpec(160, 60, kind="dpo", save_every=16, ci_save_every=6),
