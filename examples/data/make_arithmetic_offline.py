@@ -56,7 +56,8 @@ def write(out_dir: Path = HERE) -> list[Path]:
         dpo = out_dir / "arithmetic_dpo" / f"{split}.jsonl"
         sft.parent.mkdir(parents=True, exist_ok=True)
         dpo.parent.mkdir(parents=True, exist_ok=True)
-        with sft.open("w", encoding="utf-8") as fs, dpo.open("w", encoding="utf-8") as fd:
+        dpo_rows = []
+        with sft.open("w", encoding="utf-8") as fs:
             for a, b in pairs:
                 question, answer = f"{a}+{b}=", str(a + b)
                 fs.write(json.dumps({"question": question, "answer": answer}) + "\n")
@@ -66,7 +67,13 @@ def write(out_dir: Path = HERE) -> list[Path]:
                         "chosen": [{"role": "assistant", "content": answer}],
                         "rejected": [{"role": "assistant", "content": str(wrong)}],
                     }
-                    fd.write(json.dumps(row) + "\n")
+                    dpo_rows.append(row)
+        # the trainer reads the file in order: a problem's 9 pairs side by side would fill a
+        # whole batch with one or two problems (DPO then barely learned: 0.67 -> 0.83 pair
+        # accuracy on these pairs in 160 steps), so the pairs are shuffled
+        random.Random(SEED + 1).shuffle(dpo_rows)
+        with dpo.open("w", encoding="utf-8") as fd:
+            fd.writelines(json.dumps(row) + "\n" for row in dpo_rows)
         written += [sft, dpo]
     quick = [(a, b) for a in range(5) for b in range(5)]
     rng = random.Random(SEED + 2)
