@@ -160,7 +160,7 @@ TYPES: dict[str, TypeSpec] = {
         "set's 44 training problems) and `buffer.train_batch_size` 256 (half expert rows)",
     ),
     "multi_step_grpo": TypeSpec(
-        120,
+        60,
         45,
         overrides={
             # a multi-turn task: two questions per episode, one experience per turn
