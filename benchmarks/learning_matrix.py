@@ -184,7 +184,7 @@ TYPES: dict[str, TypeSpec] = {
         "turn, reward = share answered right) and `buffer.train_batch_size` 256 (both turns)",
     ),
     "sft": TypeSpec(80, 48, kind="sft", save_every=8, ci_save_every=4),
-    "dpo": TypeSpec(160, 60, kind="dpo", save_every=16, ci_save_every=6),
+    "dpo": TypeSpec(80, 40, kind="dpo", save_every=2, ci_save_every=2),
 }
 
 
