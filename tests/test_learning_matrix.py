@@ -59,25 +59,7 @@ def test_every_registered_type_is_in_the_matrix():
     assert sorted(ALGORITHM_TYPE.list()) == sorted(lm.TYPES)
 
 
-#: Types that do not reach the bar yet (docs/learning.md says why): strict xfail, so the test
-#: says so the day they learn; a run that fails to run is still a failure.
-NOT_LEARNING_YET = {"dpo": "DPO's preference accuracy rises too slowly here (docs/learning.md)"}
-
-
-@pytest.mark.parametrize(
-    "algorithm_type",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, raises=AssertionError, reason=NOT_LEARNING_YET[name]
-            ),
-        )
-        if name in NOT_LEARNING_YET
-        else name
-        for name in lm.TYPES
-    ],
-)
+@pytest.mark.parametrize("algorithm_type", list(lm.TYPES))
 def test_type_learns(algorithm_type, matrix):
     out, model, address = matrix
     result = lm.run_type(algorithm_type, out, model, ci=True, ray_address=address)
