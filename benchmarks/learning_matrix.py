@@ -282,11 +282,6 @@ def offline_config(
     }
 
 
-# ---------------------------------------------------------------------------------------------
-# Metrics of the offline types, from the saved checkpoints (Hugging Face weights)
-# ---------------------------------------------------------------------------------------------
-
-
 def _checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     found = []
     for path in run_dir.glob("global_step_*/actor/huggingface"):
@@ -398,11 +393,6 @@ def offline_curve(
     return [
         (step, dpo_preference_accuracy(path, reference, tokenizer, rows)) for step, path in points
     ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Running the matrix
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -599,11 +589,6 @@ def run_matrix(
             if on_result is not None:
                 on_result(result)
     return results
-
-
-# ---------------------------------------------------------------------------------------------
-# The table, the PNG and the doc
-# ---------------------------------------------------------------------------------------------
 
 
 def table(results: list[Result]) -> str:
