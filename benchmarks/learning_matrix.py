@@ -144,10 +144,6 @@ TYPES: dict[str, TypeSpec] = {
             # 128 RL rows per step as for the other types, plus as many expert rows
             "buffer": {
                 "train_batch_size": 256,
-                # the trainer reads the expert set buffer.total_epochs times (its own
-                # total_epochs is not used): 44 rows, 128 a step, so 1 epoch ended the run at
-                # step 1; total_steps ends it here
-                "total_epochs": 1000,
                 "trainer_input": {
                     "auxiliary_buffers": {
                         "sft_dataset": {
