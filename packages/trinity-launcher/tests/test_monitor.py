@@ -136,3 +136,15 @@ def test_trinity_plot_says_what_is_missing(tmp_path, capsys):
     assert main(["plot", config.checkpoint_job_dir, "--metric", "loss"]) == 2
     err = capsys.readouterr().err
     assert "no values for ['loss']" in err and "rollout/reward/mean" in err
+
+
+def test_plot_curves_draws_named_curves_in_panels(tmp_path):
+    from trinity.launcher.plot import PlotError, plot_curves
+
+    curves = {"grpo": [(2, 0.5), (1, 0.1)], "rloo": [(1, 0.0), (2, 0.9)], "none": []}
+    out = plot_curves(curves, str(tmp_path / "sub" / "m.png"), title="t", ncols=2, dpi=40)
+    data = open(out, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(PlotError, match="nothing to plot"):
+        plot_curves({"a": []}, str(tmp_path / "empty.png"))
+    assert not (tmp_path / "empty.png").exists()

@@ -76,6 +76,11 @@ WORKFLOW_ATTRS = {
         "other_task_args": {"raw_task": {"prompt": "3*3", "response": "9"}},
         "responses": ["4", "7"],
     },
+    "arithmetic_multi_turn_workflow": {
+        "task_args": {"raw_task": {"questions": ["2+2=", "1+3="]}},
+        "other_task_args": {"raw_task": {"questions": ["3+3=", "0+1="]}},
+        "responses": ["4", "7"],
+    },
     "code_workflow": {
         "task_args": {
             "raw_task": {

@@ -586,9 +586,22 @@ class MIXAlgorithm(AlgorithmType):
         }
 
 
+#: The reward a rollout needs for RAFT to train on it when the config names no ``reward_filter``:
+#: success for the 0/1 verifiable rewards (``math_reward``, ``arithmetic_reward``, countdown).
+RAFT_DEFAULT_REWARD_THRESHOLD = 1.0
+
+
 @ALGORITHM_TYPE.register_module("raft")
 class RAFTAlgorithm(AlgorithmType):
-    """RAFT: SFT loss on (filtered) rollouts, i.e. SFT on the ``experience`` schema."""
+    """RAFT (reward-ranked fine-tuning): the SFT loss on the *successful* rollouts only.
+
+    The filter is the algorithm: SFT on every rollout only imitates the current policy (its own
+    samples, wrong ones included) and teaches nothing, which is what RAFT did here before its
+    :meth:`check_config` added the filter. A config whose experience pipeline names no
+    ``reward_filter`` gets one keeping rollouts with reward ``>=``
+    :data:`RAFT_DEFAULT_REWARD_THRESHOLD` (a warning says so); a ``reward_filter`` the user
+    configured, with any threshold, is left as it is.
+    """
 
     use_critic: bool = False
     use_reference: bool = False
@@ -604,6 +617,28 @@ class RAFTAlgorithm(AlgorithmType):
             "kl_loss_fn": "none",
             "entropy_loss_fn": "none",
         }
+
+    @classmethod
+    def check_config(cls, config: Config) -> list[str]:
+        from trinity.common.config import OperatorConfig
+
+        if config.mode == "train":  # offline RAFT trains on a prepared (filtered) data set
+            return []
+        pipeline = config.data_processor.experience_pipeline
+        if any(op.name == "reward_filter" for op in pipeline.operators):
+            return []
+        threshold = RAFT_DEFAULT_REWARD_THRESHOLD
+        pipeline.operators.insert(
+            0, OperatorConfig(name="reward_filter", args={"threshold": threshold})
+        )
+        message = (
+            "raft trains only on successful rollouts: added the experience operator "
+            f"reward_filter (threshold {threshold}: reward >= {threshold} is kept) to "
+            "data_processor.experience_pipeline.operators; configure a reward_filter yourself "
+            "for another reward scale"
+        )
+        logger.warning(message)
+        return [message]
 
 
 @ALGORITHM_TYPE.register_module("multi_step_grpo")

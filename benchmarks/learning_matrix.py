@@ -1,0 +1,691 @@
+"""The learning matrix: every registered algorithm type trained on a task it applies to.
+
+    .venv/bin/python benchmarks/learning_matrix.py [--types grpo,rloo] [--ci] [--out DIR] [--doc]
+
+Each type runs ``trinity-launch`` once, on CPU with the quickstart's tiny model, one type after
+the other (a fresh launcher process each, so one type's failure cannot poison the next):
+
+* the RL types on the quickstart's task (``examples/quickstart.yaml``: a+b with a, b in 0..4,
+  8 samples per problem, the quickstart's learning rate and entropy bonus) with only
+  ``algorithm.algorithm_type`` switched, plus what the type cannot run without (a critic for
+  ``ppo``, expert data for ``mix``, a multi-turn task for ``multi_step_grpo``). Metric: the mean
+  reward of each step's rollouts (``rollout/reward/mean``, taken before any experience filter,
+  so it is the same quantity for every type);
+* ``sft`` and ``dpo`` in mode train on the offline sets of
+  ``examples/data/make_arithmetic_offline.py``. Metric, on every saved checkpoint: SFT the greedy
+  answer accuracy on the 11 held-out problems; DPO the share of the 11 held-out problems whose
+  right answer wins its preference pair against every wrong digit (DPO's implicit reward,
+  policy vs the initial model; chance about 0.1).
+
+The bar (:data:`FULL_BAR`): the first 5 points' mean is at most 0.2 and the last 5 points' mean
+at least 0.6. ``--ci`` runs the reduced matrix of ``tests/test_learning_matrix.py`` (fewer steps
+per type, :data:`CI_BAR`). Results: ``DIR/learning_matrix.{json,md,png}`` and every run under
+``DIR/runs/<type>``; ``--doc`` also writes the table and the PNG into ``docs/learning.md`` (the
+part between its ``matrix`` markers) and ``docs/learning_matrix.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "examples" / "data"
+DOC = REPO / "docs" / "learning.md"
+DOC_PNG = REPO / "docs" / "learning_matrix.png"
+BEGIN, END = "<!-- learning-matrix:begin -->", "<!-- learning-matrix:end -->"
+#: The metric of the RL types: the mean reward of the step's rollouts, before any filter.
+RL_METRIC = "rollout/reward/mean"
+
+
+@dataclass(frozen=True)
+class Bar:
+    """What "learned" means: ``first <= first_max`` and ``last >= last_min`` and
+    ``last - first >= min_gain`` (means of the first / last ``window`` points)."""
+
+    first_max: float
+    last_min: float
+    min_gain: float = 0.0
+    window: int = 5
+
+    def describe(self) -> str:
+        parts = [
+            f"first {self.window} <= {self.first_max:g}",
+            f"last {self.window} >= {self.last_min:g}",
+        ]
+        if self.min_gain > 0:
+            parts.append(f"gain >= {self.min_gain:g}")
+        return ", ".join(parts)
+
+    def check(self, first: float, last: float) -> bool:
+        return first <= self.first_max and last >= self.last_min and last - first >= self.min_gain
+
+
+FULL_BAR = Bar(first_max=0.2, last_min=0.6)
+#: The reduced matrix's bar: fewer steps, so a smaller rise, but still one that a type whose
+#: loss or advantage has a sign error, a wrong mask or a cancelling baseline does not make.
+CI_BAR = Bar(first_max=0.25, last_min=0.3, min_gain=0.2)
+
+
+@dataclass(frozen=True)
+class TypeSpec:
+    """How one algorithm type is run in the matrix.
+
+    ``kind``: ``rl`` (mode both on the quickstart's task), ``sft`` or ``dpo`` (mode train on
+    the offline sets). ``overrides`` are merged into the type's base config (nested dicts
+    merge, anything else replaces). ``save_every`` (offline kinds): checkpoint interval, one
+    metric point per checkpoint.
+    """
+
+    steps: int
+    ci_steps: int
+    kind: str = "rl"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    save_every: int = 0
+    ci_save_every: int = 0
+    note: str = ""
+
+
+_SFT_FORMAT = {"prompt_type": "plaintext", "prompt_key": "question", "response_key": "answer"}
+
+#: Every registered type (``trinity.algorithm.ALGORITHM_TYPE``) and how it is run.
+TYPES: dict[str, TypeSpec] = {
+    "grpo": TypeSpec(60, 45, note="the quickstart itself"),
+    "rloo": TypeSpec(60, 45),
+    "reinforceplusplus": TypeSpec(60, 45),
+    "opmd": TypeSpec(60, 45),
+    "asymre": TypeSpec(
+        100,
+        50,
+        # asymre's defaults have no entropy term: give it the quickstart's bonus like every
+        # other type has (without it a few problems stay wrong for good: plateau near 0.55)
+        overrides={"algorithm": {"entropy_loss_fn": "default"}},
+        note="the quickstart's entropy bonus (`entropy_loss_fn: default`; asymre's defaults "
+        "have none, and without it a few problems stay wrong for good: 0.07 -> 0.56 in 100 "
+        "steps) and 100 steps (its advantages are not divided by the group std)",
+    ),
+    "topr": TypeSpec(60, 45),
+    "cispo": TypeSpec(60, 45),
+    "gspo": TypeSpec(60, 45),
+    "sapo": TypeSpec(60, 45),
+    "dapo": TypeSpec(60, 45),
+    "raft": TypeSpec(
+        100, 45, note="trains on the successful rollouts only (few at first): 100 steps"
+    ),
+    "ppo": TypeSpec(
+        80,
+        50,
+        overrides={
+            # the critic (a value head on a copy of the policy) is what PPO adds
+            "model": {"critic_model_path": "{model}"},
+            "trainer": {"trainer_config": {"critic": {"optim": {"lr": 1.5e-3}}}},
+        },
+        note="adds a critic (`model.critic_model_path`: the tiny model with a value head)",
+    ),
+    "mix": TypeSpec(
+        60,
+        45,
+        overrides={
+            # expert rows (the SFT set's training problems) beside the RL rows of each batch:
+            # 128 RL rows per step as for the other types, plus as many expert rows
+            "buffer": {
+                "train_batch_size": 256,
+                "trainer_input": {
+                    "auxiliary_buffers": {
+                        "sft_dataset": {
+                            "storage_type": "file",
+                            "path": str(DATA / "arithmetic_sft"),
+                            "split": "train",
+                            "format": _SFT_FORMAT,
+                        }
+                    }
+                },
+            }
+        },
+        note="adds expert data (`buffer.trainer_input.auxiliary_buffers.sft_dataset`: the SFT "
+        "set's 44 training problems) and `buffer.train_batch_size` 256 (half expert rows)",
+    ),
+    "multi_step_grpo": TypeSpec(
+        60,
+        45,
+        overrides={
+            # a multi-turn task: two questions per episode, one experience per turn
+            "model": {"max_prompt_tokens": 40},
+            "buffer": {
+                # 16 tasks x 8 episodes x 2 turns: every experience of a step in its train step
+                "train_batch_size": 256,
+                "explorer_input": {
+                    "taskset": {
+                        "name": "arithmetic_multi_turn",
+                        "path": str(DATA / "arithmetic_multi_turn"),
+                        "default_workflow_type": "arithmetic_multi_turn_workflow",
+                        "format": {"prompt_key": "questions", "response_key": "answers"},
+                    },
+                    "eval_tasksets": [],
+                },
+            },
+        },
+        note="a multi-turn task (`arithmetic_multi_turn_workflow` on "
+        "`examples/data/arithmetic_multi_turn`: two questions per episode, one experience per "
+        "turn, reward = share answered right) and `buffer.train_batch_size` 256 (both turns)",
+    ),
+    "sft": TypeSpec(80, 48, kind="sft", save_every=8, ci_save_every=4),
+    "dpo": TypeSpec(80, 40, kind="dpo", save_every=2, ci_save_every=2),
+}
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _fill(value: Any, model: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _fill(v, model) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(v, model) for v in value]
+    return value.replace("{model}", model) if isinstance(value, str) else value
+
+
+def _absolute_data_paths(config: dict[str, Any]) -> None:
+    """The quickstart's data paths are relative to the repository root: make them absolute."""
+    inp = config["buffer"]["explorer_input"]
+    for ts in [inp["taskset"], *inp.get("eval_tasksets", [])]:
+        if ts.get("path") and not os.path.isabs(ts["path"]):
+            ts["path"] = str(REPO / ts["path"])
+
+
+def rl_config(algorithm_type: str, steps: int, model: str, root: Path) -> dict[str, Any]:
+    """The quickstart's config with ``algorithm_type`` switched and ``steps`` steps."""
+    config = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+    config.update(project="learning-matrix", group="cpu", name=algorithm_type)
+    config["checkpoint_root_dir"] = str(root)
+    config["algorithm"]["algorithm_type"] = algorithm_type
+    config["model"]["model_path"] = model
+    config["buffer"]["total_steps"] = steps
+    _absolute_data_paths(config)
+    # greedy accuracy at the start and the end only; one checkpoint at the end
+    config["explorer"]["eval_interval"] = steps
+    config["trainer"]["save_interval"] = steps
+    return config
+
+
+def offline_config(
+    algorithm_type: str, steps: int, save_every: int, model: str, root: Path
+) -> dict[str, Any]:
+    """Mode train on ``examples/data/arithmetic_{sft,dpo}`` (16 rows / pairs per step)."""
+    if algorithm_type == "sft":
+        buffer = {
+            "name": "arithmetic_sft",
+            "storage_type": "file",
+            "path": str(DATA / "arithmetic_sft"),
+            "split": "train",
+            "format": _SFT_FORMAT,
+        }
+        algorithm: dict[str, Any] = {"algorithm_type": "sft", "optimizer": {"lr": 1e-3}}
+    else:
+        buffer = {
+            "name": "arithmetic_dpo",
+            "storage_type": "file",
+            "path": str(DATA / "arithmetic_dpo"),
+            "split": "train",
+            "format": {
+                "prompt_type": "messages",
+                "messages_key": "prompt",
+                "chosen_key": "chosen",
+                "rejected_key": "rejected",
+            },
+        }
+        algorithm = {"algorithm_type": "dpo", "optimizer": {"lr": 2e-3}}
+    return {
+        "project": "learning-matrix",
+        "group": "cpu",
+        "name": algorithm_type,
+        "mode": "train",
+        "checkpoint_root_dir": str(root),
+        "algorithm": algorithm,
+        "model": {"model_path": model, "max_prompt_tokens": 16, "max_response_tokens": 2},
+        "cluster": {"node_num": 1, "gpu_per_node": 0},
+        "buffer": {
+            "total_epochs": 1000,  # total_steps ends the run
+            "total_steps": steps,
+            "train_batch_size": 16,
+            "trainer_input": {"experience_buffer": buffer},
+        },
+        "synchronizer": {"sync_method": "checkpoint", "sync_interval": save_every},
+        # Hugging Face weights at every checkpoint: the metric is computed from each
+        "trainer": {
+            "trainer_type": "verl",
+            "save_interval": save_every,
+            "save_hf_checkpoint": "always",
+        },
+        "monitor": {"monitor_type": "tensorboard"},
+    }
+
+
+def _checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    found = []
+    for path in run_dir.glob("global_step_*/actor/huggingface"):
+        if (path / "config.json").is_file():
+            found.append((int(path.parent.parent.name.rsplit("_", 1)[1]), path))
+    return sorted(found)
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _prompt_ids(tokenizer: Any, question: str) -> list[int]:
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+    )
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def sft_accuracy(model_dir: str, tokenizer: Any, rows: list[dict[str, Any]]) -> float:
+    """Greedy answer accuracy on ``rows`` (``question`` / ``answer``): the first integer of the
+    2-token reply must be the answer (the quickstart's ``arithmetic_reward``)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trinity.workflows.rewards.arithmetic import first_integer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    right = 0
+    with torch.no_grad():
+        for row in rows:
+            ids = _prompt_ids(tokenizer, row["question"])
+            out = model.generate(
+                torch.tensor([ids]),
+                max_new_tokens=2,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            reply = tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
+            right += first_integer(reply) == int(row["answer"])
+    return right / len(rows)
+
+
+def _answer_logprob(model: Any, tokenizer: Any, question: str, answer: str) -> float:
+    """Sum of the log-probabilities of ``answer`` + end of turn after ``question``'s prompt."""
+    import torch
+
+    prompt = _prompt_ids(tokenizer, question)
+    reply = tokenizer(answer + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt + reply])
+    logits = model(ids).logits[0, len(prompt) - 1 : -1].float()  # [len(reply), vocab]
+    logp = torch.log_softmax(logits, dim=-1)
+    return float(logp.gather(-1, torch.tensor(reply)[:, None]).sum())
+
+
+def dpo_preference_accuracy(
+    model_dir: str, reference: dict[tuple[str, str], float], tokenizer: Any, rows: list[dict]
+) -> float:
+    """Share of the held-out problems whose chosen answer wins every one of its pairs.
+
+    A pair is won when the DPO implicit reward prefers ``chosen``: ``(log pi(c) - log ref(c))
+    - (log pi(r) - log ref(r)) > 0``; ``reference`` holds ``log ref`` per (question, answer).
+    ``rows`` hold one pair per wrong answer of each problem (chance: about 1 in 10).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    won: dict[str, bool] = {}
+    cache: dict[tuple[str, str], float] = {}
+
+    def implicit(q: str, a: str) -> float:
+        if (q, a) not in cache:
+            cache[q, a] = _answer_logprob(model, tokenizer, q, a) - reference[q, a]
+        return cache[q, a]
+
+    with torch.no_grad():
+        for row in rows:
+            q = row["prompt"][-1]["content"]
+            c, r = row["chosen"][-1]["content"], row["rejected"][-1]["content"]
+            won[q] = won.get(q, True) and implicit(q, c) - implicit(q, r) > 0
+    return sum(won.values()) / len(won)
+
+
+def offline_curve(
+    kind: str, model: str, run_dir: Path, split: str = "test"
+) -> list[tuple[int, float]]:
+    """The metric on ``split`` of the initial model (step 0) and of every checkpoint."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.logging.disable_progress_bar()  # one "Loading weights" bar per checkpoint
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    points = [(0, model)] + [(step, str(path)) for step, path in _checkpoints(run_dir)]
+    if kind == "sft":
+        rows = _rows(DATA / "arithmetic_sft" / f"{split}.jsonl")
+        return [(step, sft_accuracy(path, tokenizer, rows)) for step, path in points]
+    rows = _rows(DATA / "arithmetic_dpo" / f"{split}.jsonl")
+    ref_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    reference = {}
+    with torch.no_grad():
+        for row in rows:
+            q = row["prompt"][-1]["content"]
+            for side in ("chosen", "rejected"):
+                a = row[side][-1]["content"]
+                reference[q, a] = _answer_logprob(ref_model, tokenizer, q, a)
+    # the initial model is its own reference: every margin is 0, no pair is preferred yet
+    return [
+        (step, dpo_preference_accuracy(path, reference, tokenizer, rows)) for step, path in points
+    ]
+
+
+@dataclass
+class Result:
+    """One row of the table."""
+
+    algorithm_type: str
+    steps: int
+    metric: str
+    first: float
+    last: float
+    wall_s: float
+    passed: bool
+    bar: str
+    curve: list[tuple[int, float]]
+    error: str = ""
+    note: str = ""
+    #: curves shown beside the one the bar is checked on (DPO's held-out metric)
+    extra_curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+
+
+def _window_means(curve: list[tuple[int, float]], window: int) -> tuple[float, float]:
+    values = [v for _, v in curve]
+    if not values:
+        return math.nan, math.nan
+    head, tail = values[:window], values[-window:]
+    return sum(head) / len(head), sum(tail) / len(tail)
+
+
+def _launch(
+    config_path: Path, log_path: Path, timeout: float, ray_address: Optional[str] = None
+) -> tuple[int, str]:
+    env = dict(os.environ)
+    ray_tmp = None
+    if ray_address:
+        env["RAY_ADDRESS"] = ray_address  # join the matrix's Ray (see shared_ray)
+    else:
+        env.pop("RAY_ADDRESS", None)  # a local Ray per run
+        ray_tmp = tempfile.mkdtemp(prefix="tr-lm-")  # Ray's socket paths must stay short
+        env["TRINITY_RAY_TMPDIR"] = ray_tmp
+    launcher = Path(sys.executable).parent / "trinity-launch"
+    try:
+        with log_path.open("w") as log:
+            done = subprocess.run(
+                [str(launcher), str(config_path)],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            )
+        return done.returncode, ""
+    except subprocess.TimeoutExpired:
+        return -1, f"timed out after {timeout:.0f} s"
+    finally:
+        if ray_tmp:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def shared_ray() -> Iterator[str]:
+    """One local Ray for a whole matrix (its address; every launcher run joins it).
+
+    Starting Ray costs each run ~10 s on 2 cores; a run that joins a cluster leaves it running
+    when it ends (its own actors go with its driver), so the next type starts on a clean one.
+    """
+    import ray
+
+    tmp = tempfile.mkdtemp(prefix="tr-lm-")  # Ray's socket paths must stay short
+    try:
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=tmp)
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_type(
+    algorithm_type: str,
+    out: Path,
+    model: str,
+    ci: bool = False,
+    timeout: float = 1800,
+    ray_address: Optional[str] = None,
+) -> Result:
+    """Train ``algorithm_type`` as :data:`TYPES` says; return its row (``passed`` against the
+    bar of the full or the reduced matrix)."""
+    spec = TYPES[algorithm_type]
+    bar = CI_BAR if ci else FULL_BAR
+    steps = spec.ci_steps if ci else spec.steps
+    root = out / "runs"
+    if spec.kind == "rl":
+        config = rl_config(algorithm_type, steps, model, root)
+    else:
+        every = spec.ci_save_every if ci else spec.save_every
+        config = offline_config(algorithm_type, steps, every, model, root)
+    config = _fill(_merge(config, spec.overrides), model)
+    run_dir = root / config["project"] / config["group"] / config["name"]
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    config_path = run_dir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    start = time.monotonic()
+    code, error = _launch(config_path, run_dir / "launch.log", timeout, ray_address)
+    curve: list[tuple[int, float]] = []
+    extra: dict[str, list[tuple[int, float]]] = {}
+    metric = RL_METRIC
+    if code == 0 and spec.kind == "rl":
+        rows = _rows(run_dir / "metrics.jsonl")
+        curve = [(int(r["step"]), float(r[RL_METRIC])) for r in rows if RL_METRIC in r]
+    elif code == 0 and spec.kind == "sft":
+        metric = "held-out accuracy"
+        curve = offline_curve("sft", model, run_dir)
+    elif code == 0:
+        # the bar on the training problems' preferences; the held-out problems' shown beside
+        # (DPO does not generalise to them on this task, see docs/learning.md)
+        metric = "preference accuracy vs every wrong answer, training problems"
+        curve = offline_curve("dpo", model, run_dir, split="train")
+        extra = {"held-out problems": offline_curve("dpo", model, run_dir, split="test")}
+    elif not error:
+        tail = (run_dir / "launch.log").read_text()[-2000:]
+        error = f"trinity-launch exited {code}: {tail}"
+    wall = time.monotonic() - start
+    first, last = _window_means(curve, bar.window)
+    passed = bool(curve) and bar.check(first, last)
+    return Result(
+        algorithm_type,
+        steps,
+        metric,
+        first,
+        last,
+        wall,
+        passed,
+        bar.describe(),
+        curve,
+        error,
+        spec.note,
+        extra,
+    )
+
+
+def build_model(out: Path) -> str:
+    """The quickstart's tiny model (``--preset arithmetic``), built under ``out``."""
+    from trinity.launcher.tiny_model import PRESETS, build_tiny_model
+
+    return str(build_tiny_model(str(out / "tiny-model"), PRESETS["arithmetic"]))
+
+
+def load_results(out: Path) -> list[Result]:
+    """The rows of ``out/learning_matrix.json`` (none if it is missing)."""
+    path = out / "learning_matrix.json"
+    if not path.is_file():
+        return []
+    rows = json.loads(path.read_text())
+    return [
+        Result(
+            **{
+                **r,
+                "curve": [tuple(p) for p in r["curve"]],
+                "extra_curves": {
+                    k: [tuple(p) for p in v] for k, v in r.get("extra_curves", {}).items()
+                },
+            }
+        )
+        for r in rows
+    ]
+
+
+def run_matrix(
+    types: list[str],
+    out: Path,
+    ci: bool = False,
+    on_result: Optional[Callable[[Result], None]] = None,
+    share_ray: bool = True,
+) -> list[Result]:
+    """Run ``types`` one after the other; write ``out/learning_matrix.{json,md,png}`` after
+    each type (a partial matrix survives an interruption). ``share_ray``: every run joins one
+    Ray started here (:func:`shared_ray`) instead of starting its own."""
+    unknown = sorted(set(types) - set(TYPES))
+    if unknown:
+        raise ValueError(f"unknown algorithm types {unknown}; known: {sorted(TYPES)}")
+    out.mkdir(parents=True, exist_ok=True)
+    model = build_model(out)
+    # rows of types run earlier into the same directory stay (re-running one type updates it)
+    kept = {r.algorithm_type: r for r in load_results(out)}
+    results: list[Result] = []
+    with contextlib.ExitStack() as stack:
+        address = stack.enter_context(shared_ray()) if share_ray else None
+        for name in types:
+            result = run_type(name, out, model, ci=ci, ray_address=address)
+            results.append(result)
+            kept[name] = result
+            write_results([kept[t] for t in TYPES if t in kept], out)
+            if on_result is not None:
+                on_result(result)
+    return results
+
+
+def table(results: list[Result]) -> str:
+    """The results as a Markdown table."""
+    lines = [
+        "| type | steps | metric | first 5 | last 5 | bar | passed | wall (s) |",
+        "|---|---:|---|---:|---:|---|---|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| `{r.algorithm_type}` | {r.steps} | {r.metric} | {r.first:.2f} | {r.last:.2f} "
+            f"| {r.bar} | {'yes' if r.passed else '**no**'} | {r.wall_s:.0f} |"
+        )
+        for name, curve in r.extra_curves.items():
+            first, last = _window_means(curve, FULL_BAR.window)
+            lines.append(
+                f"| `{r.algorithm_type}` | {r.steps} | the same, {name} | {first:.2f} | "
+                f"{last:.2f} | not met: see the notes | — | — |"
+            )
+    return "\n".join(lines)
+
+
+def _short(metric: str) -> str:
+    """A panel title's metric: ``rollout/reward/mean`` -> ``reward``; the first words else."""
+    if "/" in metric:
+        return metric.split("/")[-2]
+    return metric.split(",")[0].replace(" vs every wrong answer", "")
+
+
+def write_results(results: list[Result], out: Path, png_name: str = "learning_matrix.png") -> Path:
+    """``out/learning_matrix.json`` / ``.md`` and the PNG (one panel per type); return the PNG."""
+    from trinity.launcher.plot import plot_curves
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "learning_matrix.json").write_text(
+        json.dumps([asdict(r) for r in results], indent=1) + "\n"
+    )
+    (out / "learning_matrix.md").write_text(table(results) + "\n")
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for r in results:
+        curves[f"{r.algorithm_type} ({_short(r.metric)})"] = r.curve
+        for name, curve in r.extra_curves.items():
+            curves[f"{r.algorithm_type} ({name})"] = curve
+    if not any(curves.values()):
+        return out / png_name
+    return Path(
+        plot_curves(
+            curves,
+            str(out / png_name),
+            title="learning matrix: reward / metric per step (tiny model, CPU)",
+            ylabel="reward / metric",
+            ncols=4,
+            dpi=60,
+        )
+    )
+
+
+def update_doc(results: list[Result], png: Path, doc: Path = DOC, doc_png: Path = DOC_PNG) -> None:
+    """Replace the part of ``doc`` between the matrix markers with the table and the PNG."""
+    shutil.copyfile(png, doc_png)
+    text = doc.read_text()
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{doc} lacks the markers {BEGIN} / {END}")
+    body = f"{BEGIN}\n{table(results)}\n\n![learning curves]({doc_png.name})\n{END}"
+    head, rest = text.split(BEGIN, 1)
+    doc.write_text(head + body + rest.split(END, 1)[1])
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--types", default=",".join(TYPES), help="comma-separated types")
+    parser.add_argument("--ci", action="store_true", help="the reduced matrix (CI's bar)")
+    parser.add_argument("--out", default=None, help="run directory (default: a temporary one)")
+    parser.add_argument("--doc", action="store_true", help="write docs/learning.md's table")
+    parser.add_argument(
+        "--ray-per-run", action="store_true", help="each run starts its own Ray (default: shared)"
+    )
+    args = parser.parse_args(argv)
+    out = Path(args.out or tempfile.mkdtemp(prefix="learning-matrix-")).resolve()
+    types = [t.strip() for t in args.types.split(",") if t.strip()]
+
+    def show(r: Result) -> None:
+        status = "learned" if r.passed else f"DID NOT LEARN {r.error[:300]}"
+        print(
+            f"{r.algorithm_type:18s} {r.steps:3d} steps  {r.first:.2f} -> {r.last:.2f}  "
+            f"{r.wall_s:5.0f} s  {status}",
+            flush=True,
+        )
+
+    print(f"learning matrix in {out}", flush=True)
+    results = run_matrix(types, out, ci=args.ci, on_result=show, share_ray=not args.ray_per_run)
+    png = out / "learning_matrix.png"
+    if args.doc:
+        update_doc(load_results(out), png)
+    print(table(results))
+    return 0 if all(r.passed for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
