@@ -543,7 +543,7 @@ def run_both(config: Config, progress: Any = None) -> dict:
             _drop_stale_queue(config)
         await explorer.prepare()
         try:
-            trainer = await asyncio.to_thread(build_trainer, config)
+            trainer = await asyncio.to_thread(build_trainer, config, explorer.placement)
             try:
                 if resume_step is not None:
                     got = await asyncio.to_thread(trainer.resume)
@@ -558,9 +558,22 @@ def run_both(config: Config, progress: Any = None) -> dict:
         finally:
             await explorer.shutdown()
 
+    from trinity.launcher.placement import NodeLostError, placement_session
+
     try:
-        with ray_session(config):
-            result = asyncio.run(main())
+        with ray_session(config), placement_session(config) as placement:
+            explorer.placement = placement
+            try:
+                result = asyncio.run(main())
+            except Exception as exc:
+                lost = placement.lost_nodes()
+                if lost is None:
+                    raise
+                raise NodeLostError(
+                    f"{lost}; the run stopped ({type(exc).__name__}). Bring the node back (or "
+                    f"change the cluster section) and run the same command again: it resumes "
+                    f"from the last checkpoint in {config.checkpoint_job_dir}"
+                ) from exc
     finally:
         merger.flush()
         sink.close()

@@ -240,6 +240,9 @@ class TrainerWorkerGroup:
         device: ``"cuda"`` reserves one GPU per worker; ``"cpu"`` reserves nothing (the
             trainer's ranks then share the machine's cores with the explorer).
         threads: torch intra-op threads per worker on the CPU (default: cores / world size).
+        rank_options: ``rank -> Ray actor options`` overriding the device's defaults (the
+            rank's placement-group bundle, :meth:`~trinity.launcher.placement.Placement.
+            trainer_options`).
     """
 
     def __init__(
@@ -249,6 +252,7 @@ class TrainerWorkerGroup:
         device: str,
         threads: Optional[int] = None,
         env_vars: Optional[Mapping[str, str]] = None,
+        rank_options: Optional[Callable[[int], dict[str, Any]]] = None,
     ) -> None:
         import ray
 
@@ -263,7 +267,10 @@ class TrainerWorkerGroup:
             options["runtime_env"] = {"env_vars": dict(env_vars)}
         actor_cls = ray.remote(TrainerWorker)
         self.workers = [
-            actor_cls.options(**options).remote(rank, world_size) for rank in range(world_size)
+            actor_cls.options(**options, **(rank_options(rank) if rank_options else {})).remote(
+                rank, world_size
+            )
+            for rank in range(world_size)
         ]
         if device == "cpu" and threads is None:
             threads = max(1, (os.cpu_count() or 1) // world_size)
