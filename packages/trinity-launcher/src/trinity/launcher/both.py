@@ -70,6 +70,10 @@ from trinity.utils.log import get_logger
 logger = get_logger(__name__)
 
 
+#: seconds a run whose actor died waits for Ray to tell whether the actor's node died with it
+#: (Ray's health check declares a node dead after about 15 s by default)
+NODE_LOSS_WAIT = 45.0
+
 #: ``synchronizer.sync_style`` values mode ``both`` runs.
 SYNC_STYLES = ("fixed", "dynamic_by_explorer", "dynamic_by_trainer")
 
@@ -566,7 +570,10 @@ def run_both(config: Config, progress: Any = None) -> dict:
             try:
                 result = asyncio.run(main())
             except Exception as exc:
-                lost = placement.lost_nodes()
+                from trinity.launcher.engines.supervisor import is_engine_death
+
+                # an actor death may be a node's: wait (briefly) for Ray to say so
+                lost = placement.lost_nodes(wait=NODE_LOSS_WAIT if is_engine_death(exc) else 0)
                 if lost is None:
                     raise
                 raise NodeLostError(

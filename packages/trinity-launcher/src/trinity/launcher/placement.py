@@ -441,8 +441,18 @@ class Placement:
             "; ".join(f"{node}: {_short(actors)}" for node, actors in per_node.items()),
         )
 
-    def lost_nodes(self) -> Optional[str]:
-        """Which of the run's nodes are dead now and what they held, or ``None``."""
+    def lost_nodes(self, wait: float = 0.0) -> Optional[str]:
+        """Which of the run's nodes are dead and what they held, or ``None``; waits up to
+        ``wait`` seconds for Ray to declare one dead (an actor of a dead node fails before
+        Ray's health check has given up on the node)."""
+        deadline = time.monotonic() + wait
+        while True:
+            found = self._lost_now()
+            if found is not None or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.5)
+
+    def _lost_now(self) -> Optional[str]:
         import ray
 
         alive = {str(n.get("NodeID")) for n in ray.nodes() if n.get("Alive")}

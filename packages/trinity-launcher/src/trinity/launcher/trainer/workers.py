@@ -267,7 +267,7 @@ class TrainerWorkerGroup:
             options["runtime_env"] = {"env_vars": dict(env_vars)}
         actor_cls = ray.remote(TrainerWorker)
         self.workers = [
-            actor_cls.options(**options, **(rank_options(rank) if rank_options else {})).remote(
+            actor_cls.options(**{**options, **(rank_options(rank) if rank_options else {})}).remote(
                 rank, world_size
             )
             for rank in range(world_size)
