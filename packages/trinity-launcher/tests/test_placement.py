@@ -241,3 +241,49 @@ def test_cli_refuses_a_config_the_cluster_cannot_hold(tmp_path):
     ), done.stderr[-3000:]
     assert "no node has any GPUs (cluster: 1 node(s):" in done.stderr
     assert "Trainer:" not in done.stdout + done.stderr  # nothing was started
+
+
+# ------------------------------------------------------------------------------ Ray
+
+
+def test_engines_and_their_replacements_run_in_their_bundles(ray_cluster):
+    """Engine ``i`` runs in bundle ``i`` of the rollout group; the supervisor's replacement
+    of a killed engine runs in the dead engine's bundle (Ray's ``.options`` of the original)."""
+    import asyncio
+
+    import ray
+
+    from trinity.launcher.engines import create_rollout_engines
+    from trinity.launcher.engines.supervisor import EngineSupervisor
+    from trinity.launcher.placement import Placement
+
+    cfg = config("explore", explorer=engines(2, engine_type="fake"))
+    placement = Placement.create(plan_placement(cfg, gpus=False), timeout=30)
+    try:
+        rows = placement.table()
+        assert [r[0] for r in rows] == ["rollout engine 0", "rollout engine 1"]
+        assert all(r[2].startswith("rollout[") and r[1] != "?" for r in rows), rows
+        handles = create_rollout_engines(cfg, placement=placement)
+        ray.get([h.ready.remote() for h in handles])
+        group = placement.groups["rollout"].id.hex()
+        assert [ray.get(h.pids.remote())["placement_group_id"] for h in handles] == [group] * 2
+        supervisor = EngineSupervisor(
+            handles,
+            owned=[True, True],
+            engine_options=[placement.engine_options(i) for i in range(2)],
+        )
+
+        async def replace() -> object:
+            await supervisor.start()
+            dead = handles[1]
+            ray.kill(dead, no_restart=True)
+            return await supervisor.restart(1, dead, "killed by the test")
+
+        new = asyncio.run(replace())
+        assert new is handles[1] and supervisor.total_restarts == 1
+        assert ray.get(new.pids.remote())["placement_group_id"] == group
+        assert placement.lost_nodes() is None  # every node of the run is alive
+        for handle in handles:
+            ray.kill(handle, no_restart=True)
+    finally:
+        placement.remove()

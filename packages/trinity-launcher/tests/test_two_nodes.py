@@ -306,7 +306,9 @@ def test_both_across_two_nodes_survives_losing_one(
     try:
         deadline = time.monotonic() + 600
         while proc.poll() is None and time.monotonic() < deadline:
-            if latest.exists() and len(records(run)) >= SAVE + 3:
+            # a checkpoint, and a few train steps later (their weights go to the engine as
+            # global_step_N/actor/huggingface: sync_method checkpoint)
+            if latest.exists() and (run / f"global_step_{SAVE + 3}").exists():
                 break
             time.sleep(0.2)
         assert proc.poll() is None, (tmp_path / "first.log").read_text()[-5000:]
