@@ -253,17 +253,23 @@ def test_engines_and_their_replacements_run_in_their_bundles(ray_cluster):
 
     import ray
 
-    from trinity.launcher.engines import create_rollout_engines
+    from trinity.launcher.engines import EngineSettings, create_engine_actor
     from trinity.launcher.engines.supervisor import EngineSupervisor
     from trinity.launcher.placement import Placement
 
-    cfg = config("explore", explorer=engines(2, engine_type="fake"))
+    cfg = config("explore", explorer=engines(2, engine_type="external"))
     placement = Placement.create(plan_placement(cfg, gpus=False), timeout=30)
     try:
         rows = placement.table()
         assert [r[0] for r in rows] == ["rollout engine 0", "rollout engine 1"]
         assert all(r[2].startswith("rollout[") and r[1] != "?" for r in rows), rows
-        handles = create_rollout_engines(cfg, placement=placement)
+        handles = [  # model-free engines in the bundles a config's engines get
+            create_engine_actor(
+                EngineSettings(model_path="fake", engine_type="fake", engine_id=i),
+                options=placement.engine_options(i),
+            )
+            for i in range(2)
+        ]
         ray.get([h.ready.remote() for h in handles])
         group = placement.groups["rollout"].id.hex()
         assert [ray.get(h.pids.remote())["placement_group_id"] for h in handles] == [group] * 2
