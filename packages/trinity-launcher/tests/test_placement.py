@@ -85,6 +85,22 @@ def test_engines_without_gpus_modes_without_a_side():
     assert plan.engines == [] and len(plan.trainer) == 1
 
 
+def test_trainer_layout_reads_verls_rank_counts():
+    from trinity.launcher.trainer.workers import trainer_layout
+
+    verl = {"trainer_config": {"trainer": {"n_gpus_per_node": 2, "nnodes": 2}}}
+    layout = trainer_layout(config("both", trainer=verl))
+    assert layout == {"trainer_ranks": 4, "trainer_device": "cpu", "ranks_per_node": 2}
+    plan = plan_placement(config("both", trainer=verl), gpus=False, **layout)
+    assert [g.actors for g in plan.trainer] == [
+        ("trainer rank 0", "trainer rank 1"),
+        ("trainer rank 2", "trainer rank 3"),
+    ]
+    # one rank runs in the driver: no bundle; mode explore has no trainer
+    assert trainer_layout(config("both"))["trainer_ranks"] == 0
+    assert trainer_layout(config("explore", trainer=verl)) == {"trainer_ranks": 0}
+
+
 # ------------------------------------------------------------------------------ refusals
 
 NODE_8 = {"CPU": 16.0, "GPU": 8.0, "memory": 1e11}

@@ -565,7 +565,10 @@ def run_both(config: Config, progress: Any = None) -> dict:
     from trinity.launcher.placement import NodeLostError, placement_session
 
     try:
-        with ray_session(config), placement_session(config) as placement:
+        from trinity.launcher.trainer.workers import trainer_layout
+
+        layout = trainer_layout(config)
+        with ray_session(config), placement_session(config, **layout) as placement:
             explorer.placement = placement
             try:
                 result = asyncio.run(main())

@@ -508,23 +508,6 @@ def _cluster_summary(nodes: Sequence[Mapping[str, Any]]) -> str:
 # ------------------------------------------------------------------------------ a run's
 
 
-def trainer_layout(config: Any) -> tuple[int, str, Optional[int]]:
-    """``(Ray worker ranks, device, ranks per node)`` of the run's trainer: no worker ranks
-    (0) where its one rank runs in the driver process or the mode has no trainer."""
-    if config.mode not in ("both", "train"):
-        return 0, "cpu", None
-    from trinity.launcher.trainer.verl_compat import default_device
-    from trinity.launcher.trainer.workers import trainer_world_size
-
-    device = default_device()
-    ranks = trainer_world_size(config, device)
-    if ranks <= 1:
-        return 0, device, None
-    verl = (getattr(config.trainer, "trainer_config", None) or {}).get("trainer") or {}
-    per_node = verl.get("n_gpus_per_node") or config.cluster.trainer_gpu_num_per_node or None
-    return ranks, device, per_node
-
-
 def cluster_has_gpus() -> bool:
     import ray
 
@@ -532,11 +515,17 @@ def cluster_has_gpus() -> bool:
 
 
 @contextlib.contextmanager
-def placement_session(config: Any) -> Iterator[Placement]:
+def placement_session(
+    config: Any,
+    *,
+    trainer_ranks: int = 0,
+    trainer_device: str = "cpu",
+    ranks_per_node: Optional[int] = None,
+) -> Iterator[Placement]:
     """The run's placement groups, inside ``ray_session``: planned, checked, reserved and
     logged; removed when the run ends. Engines take GPUs where ``cluster.gpu_per_node`` is
-    set or the cluster has GPUs; the trainer's worker ranks as :func:`trainer_layout` says."""
-    trainer_ranks, trainer_device, ranks_per_node = trainer_layout(config)
+    set or the cluster has GPUs; the trainer's Ray worker ranks as given (see
+    :func:`trinity.launcher.trainer.workers.trainer_layout`)."""
     gpus = bool(config.cluster.gpu_per_node) or cluster_has_gpus()
     plan = plan_placement(
         config,

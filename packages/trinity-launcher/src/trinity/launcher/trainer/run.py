@@ -155,8 +155,10 @@ def run_train(config: Config, monitor: Any = None, progress: Any = None) -> dict
 
     if trainer_world_size(config, default_device()) > 1:
         from trinity.launcher.placement import placement_session
+        from trinity.launcher.trainer.workers import trainer_layout
 
-        with ray_session(config), placement_session(config) as placement:
+        layout = trainer_layout(config)
+        with ray_session(config), placement_session(config, **layout) as placement:
             return _run_train(config, monitor, progress, placement)
     return _run_train(config, monitor, progress)
 

@@ -85,6 +85,23 @@ def trainer_world_size(config: Any, device: str) -> int:
     return 1
 
 
+def trainer_layout(config: Any) -> dict[str, Any]:
+    """``trainer_ranks`` (Ray worker ranks), ``trainer_device``, ``ranks_per_node`` of the run's
+    trainer, as :func:`~trinity.launcher.placement.placement_session` takes them: no worker ranks
+    (0) where its one rank runs in the driver process or the mode has no trainer."""
+    if config.mode not in ("both", "train"):
+        return {"trainer_ranks": 0}
+    from trinity.launcher.trainer.verl_compat import default_device
+
+    device = default_device()
+    ranks = trainer_world_size(config, device)
+    if ranks <= 1:
+        return {"trainer_ranks": 0, "trainer_device": device}
+    verl = (getattr(config.trainer, "trainer_config", None) or {}).get("trainer") or {}
+    per_node = verl.get("n_gpus_per_node") or config.cluster.trainer_gpu_num_per_node or None
+    return {"trainer_ranks": ranks, "trainer_device": device, "ranks_per_node": per_node}
+
+
 # ------------------------------------------------------------------------------ sharding
 
 
