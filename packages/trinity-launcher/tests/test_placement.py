@@ -149,6 +149,16 @@ def test_an_engine_larger_than_any_node_and_a_missing_custom_resource():
     ]
 
 
+def test_parts_on_different_nodes_are_not_enough():
+    cfg = config(explorer=engines(1, tp=2), cluster={"explorer_resources": {"rollout": 1}})
+    plan = plan_placement(cfg, gpus=True)
+    nodes = [{"CPU": 4.0, "GPU": 2.0}, {"CPU": 4.0, "GPU": 1.0, "rollout": 1.0}]
+    assert placement_shortfalls(plan, nodes) == [
+        "needs 2 GPUs, 0.01 CPUs, 1 of resource 'rollout' on one node for rollout engine "
+        "(tensor_parallel_size 2); nodes have each part, but no node has all of it"
+    ]
+
+
 def test_a_cluster_that_holds_the_plan_passes():
     cfg = config(
         explorer=engines(8),

@@ -244,9 +244,13 @@ def placement_shortfalls(plan: PlacementPlan, nodes: Sequence[Mapping[str, float
     for what, need in units:
         if any(all(node.get(k, 0.0) + _EPS >= v for k, v in need.items()) for node in nodes):
             continue
-        short = [
-            k for k, v in need.items() if not any(n.get(k, 0.0) + _EPS >= v for n in nodes)
-        ] or list(need)
+        short = [k for k, v in need.items() if not any(n.get(k, 0.0) + _EPS >= v for n in nodes)]
+        if not short:  # each part fits somewhere, never all of it on one node
+            problems.append(
+                f"needs {_describe(need)} on one node for {what}; nodes have each part, "
+                "but no node has all of it"
+            )
+            continue
         largest = []
         for key in short:
             best = max((float(n.get(key, 0.0)) for n in nodes), default=0.0)
@@ -256,10 +260,7 @@ def placement_shortfalls(plan: PlacementPlan, nodes: Sequence[Mapping[str, float
                 largest.append(f"no node has any {key}s")
             else:
                 largest.append(f"no node has resource {key!r}")
-        if len(short) == len(need) or len(short) == 1:
-            needs = _describe({k: need[k] for k in short})
-        else:
-            needs = _describe(need)
+        needs = _describe({k: need[k] for k in short})
         problems.append(f"needs {needs} on one node for {what}; " + "; ".join(largest))
     return problems
 
