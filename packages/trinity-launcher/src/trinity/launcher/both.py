@@ -70,6 +70,10 @@ from trinity.utils.log import get_logger
 logger = get_logger(__name__)
 
 
+#: seconds a run whose actor died waits for Ray to tell whether the actor's node died with it
+#: (Ray's health check declares a node dead after about 15 s by default)
+NODE_LOSS_WAIT = 45.0
+
 #: ``synchronizer.sync_style`` values mode ``both`` runs.
 SYNC_STYLES = ("fixed", "dynamic_by_explorer", "dynamic_by_trainer")
 
@@ -551,7 +555,9 @@ def run_both(config: Config, progress: Any = None) -> dict:
         # explorer's engines and runners start in theirs: the two are independent, and start-up
         # is most of a short run's wall time.
         prepared, built = await asyncio.gather(
-            explorer.prepare(), asyncio.to_thread(build_trainer, config), return_exceptions=True
+            explorer.prepare(),
+            asyncio.to_thread(build_trainer, config, explorer.placement),
+            return_exceptions=True,
         )
         if isinstance(built, BaseException):
             await explorer.shutdown()
@@ -574,9 +580,28 @@ def run_both(config: Config, progress: Any = None) -> dict:
         finally:
             await explorer.shutdown()
 
+    from trinity.launcher.placement import NodeLostError, placement_session
+
     try:
-        with ray_session(config):
-            result = asyncio.run(main())
+        from trinity.launcher.trainer.workers import trainer_layout
+
+        layout = trainer_layout(config)
+        with ray_session(config), placement_session(config, **layout) as placement:
+            explorer.placement = placement
+            try:
+                result = asyncio.run(main())
+            except Exception as exc:
+                from trinity.launcher.engines.supervisor import is_engine_death
+
+                # an actor death may be a node's: wait (briefly) for Ray to say so
+                lost = placement.lost_nodes(wait=NODE_LOSS_WAIT if is_engine_death(exc) else 0)
+                if lost is None:
+                    raise
+                raise NodeLostError(
+                    f"{lost}; the run stopped ({type(exc).__name__}). Bring the node back (or "
+                    f"change the cluster section) and run the same command again: it resumes "
+                    f"from the last checkpoint in {config.checkpoint_job_dir}"
+                ) from exc
     finally:
         merger.flush()
         sink.close()

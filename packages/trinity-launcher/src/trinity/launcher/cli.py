@@ -267,13 +267,14 @@ def _run_mode(
 def _run_in_session(config: Config, config_path: str, run: Callable[[], Any] | None) -> int:
     from trinity.launcher.logs import console_err, console_out
     from trinity.launcher.modes import LaunchInputError
+    from trinity.launcher.placement import PlacementError
 
     try:
         if run is None:
             _execute(config)
         else:
             run()
-    except (LaunchInputError, FileNotFoundError) as exc:
+    except (LaunchInputError, PlacementError, FileNotFoundError) as exc:
         print(f"error: {config_path}: {exc}", file=console_err(), flush=True)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

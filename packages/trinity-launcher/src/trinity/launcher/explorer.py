@@ -210,6 +210,9 @@ class Explorer:
         self.pool: Optional[RunnerPool] = None
         #: replaces rollout engines that die (set by :meth:`prepare`)
         self.supervisor: Any = None
+        #: the run's :class:`~trinity.launcher.placement.Placement` (set by the mode before
+        #: :meth:`prepare`): engines this explorer builds, and their runners, go in its bundles
+        self.placement: Any = None
         self.pipeline: Any = None
         self.step = 0
         self.last_metrics: dict[str, float] = {}
@@ -250,11 +253,12 @@ class Explorer:
             raise RuntimeError("Explorer.prepare() needs Ray: call ray.init() first")
         from trinity.launcher.engines import create_auxiliary_engines, create_rollout_engines
 
+        placed = self.placement is not None and self.rollout_engines is None
         if self.rollout_engines is None:
-            self.rollout_engines = create_rollout_engines(self.config)
+            self.rollout_engines = create_rollout_engines(self.config, placement=self.placement)
             self._own_engines += self.rollout_engines
         if self.auxiliary_engines is None:
-            self.auxiliary_engines = create_auxiliary_engines(self.config)
+            self.auxiliary_engines = create_auxiliary_engines(self.config, placement=self.placement)
             self._own_engines += [h for g in self.auxiliary_engines for h in g]
         handles = [*self.rollout_engines, *(h for g in self.auxiliary_engines for h in g)]
         self.supervisor = self._build_supervisor()
@@ -265,6 +269,7 @@ class Explorer:
             plugin_dirs=self.plugin_dirs,
             tasks_per_runner=self.tasks_per_runner,
             supervisor=self.supervisor,
+            runner_options=self.placement.runner_options if placed else None,
         )
         # The runner processes start (import their modules and plugins) while the engines load
         # their models; they meet their engines once those are ready.
@@ -288,6 +293,12 @@ class Explorer:
             owned=[any(h is o for o in self._own_engines) for h in self.rollout_engines],
             max_restarts=explorer.max_engine_restarts,
             window=explorer.engine_restart_window,
+            engine_options=[
+                self.placement.engine_options(i) if owned and self.placement is not None else None
+                for i, owned in enumerate(
+                    any(h is o for o in self._own_engines) for h in self.rollout_engines
+                )
+            ],
         )
 
     def _build_pipeline(self) -> Any:

@@ -124,6 +124,8 @@ class _ConsoleHandler(logging.Handler):
         self.session = session
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "console", True) is False:  # ``extra={"console": False}``: log only
+            return
         try:
             text = self.format(record)
             live = self.session.live_console

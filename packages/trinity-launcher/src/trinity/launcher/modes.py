@@ -187,7 +187,10 @@ def _run(
     elif progress.total_steps is None:
         progress.total_steps = total
     explorer.progress = progress
-    with ray_session(config):
+    from trinity.launcher.placement import placement_session
+
+    with ray_session(config), placement_session(config) as placement:
+        explorer.placement = placement
         run = explorer.explore if mode == "explore" else explorer.bench
         return asyncio.run(_drive(explorer, run))
 

@@ -36,7 +36,7 @@ import os
 import time
 import traceback
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -193,6 +193,9 @@ class RunnerPool:
         num_cpus: Ray CPUs reserved per runner (runners mostly wait on engines: 0).
         start_timeout: seconds a new runner may take to import its modules and plugins and
             meet its engines.
+        runner_options: ``engine index -> Ray actor options`` of that engine's runners (its
+            placement-group bundle, :meth:`~trinity.launcher.placement.Placement.
+            runner_options`); they override ``num_cpus``.
     """
 
     def __init__(
@@ -211,6 +214,7 @@ class RunnerPool:
         concurrent_mode: str = "sequential",
         max_repeat_times_per_runner: Optional[int] = None,
         supervisor: Any = None,
+        runner_options: Optional[Callable[[int], dict[str, Any]]] = None,
     ) -> None:
         from trinity.common.workflows import CONCURRENT_MODES
 
@@ -252,6 +256,7 @@ class RunnerPool:
         self.env_vars = {k: str(v) for k, v in (env_vars or {}).items()}
         self.env_vars[PLUGIN_DIRS_ENV] = os.pathsep.join(self.plugin_dirs)
         self.num_cpus = num_cpus
+        self.runner_options = runner_options
         self.start_timeout = float(start_timeout)
         self.size = len(self.rollout_engines) * self.runner_per_model
         self._slots: list[Optional[_Runner]] = [None] * self.size
@@ -320,6 +325,8 @@ class RunnerPool:
             "max_restarts": 0,
             "runtime_env": {"env_vars": dict(self.env_vars)},
         }
+        if self.runner_options is not None:
+            options.update(self.runner_options(slot // self.runner_per_model))
         return (
             _remote_runner_class()
             .options(**options)

@@ -165,26 +165,30 @@ def create_engine_actor(
     num_cpus: float = 1,
     num_gpus: float = 0,
     env_vars: Optional[dict[str, str]] = None,
+    options: Optional[dict[str, Any]] = None,
 ) -> Any:
     """Start ``settings``'s engine as a Ray actor and begin loading it.
 
-    Returns the actor handle at once; ``await handle.ready.remote()`` (or ``ray.get``) waits
+    ``options`` (Ray actor options, e.g. :meth:`~trinity.launcher.placement.Placement.
+    engine_options`: a placement-group bundle and its GPUs) override ``num_cpus`` /
+    ``num_gpus``. Returns the actor handle at once; ``await handle.ready.remote()`` (or ``ray.get``) waits
     until the model is loaded and raises the engine's start-up error if it failed.
     """
     import ray
 
     cls = engine_class(settings.engine_type)
-    options: dict[str, Any] = {
+    actor_options: dict[str, Any] = {
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
         "max_concurrency": 1000,
         "runtime_env": {"env_vars": {**ENGINE_ENV_VARS, **(env_vars or {})}},
+        **(options or {}),
     }
     if name:
-        options["name"] = name
+        actor_options["name"] = name
     if namespace:
-        options["namespace"] = namespace
-    actor = ray.remote(cls).options(**options).remote(settings)
+        actor_options["namespace"] = namespace
+    actor = ray.remote(cls).options(**actor_options).remote(settings)
     actor.start.remote()
     return actor
 
@@ -199,31 +203,41 @@ def _actor_resources(settings: EngineSettings) -> tuple[float, float]:
     return 0, 0
 
 
-def create_rollout_engines(config: Any, env_vars: Optional[dict[str, str]] = None) -> list[Any]:
-    """``explorer.rollout_model.engine_num`` engine actors of the policy model."""
+def create_rollout_engines(
+    config: Any, env_vars: Optional[dict[str, str]] = None, placement: Any = None
+) -> list[Any]:
+    """``explorer.rollout_model.engine_num`` engine actors of the policy model (engine ``i``
+    in bundle ``i`` of ``placement``'s rollout group when given)."""
     rollout = config.explorer.rollout_model
     handles = []
     for i in range(rollout.engine_num):
         settings = engine_settings(rollout, config.model, engine_id=i)
         cpus, gpus = _actor_resources(settings)
+        options = placement.engine_options(i) if placement is not None else None
         handles.append(
-            create_engine_actor(settings, num_cpus=cpus, num_gpus=gpus, env_vars=env_vars)
+            create_engine_actor(
+                settings, num_cpus=cpus, num_gpus=gpus, env_vars=env_vars, options=options
+            )
         )
     return handles
 
 
 def create_auxiliary_engines(
-    config: Any, env_vars: Optional[dict[str, str]] = None
+    config: Any, env_vars: Optional[dict[str, str]] = None, placement: Any = None
 ) -> list[list[Any]]:
-    """For each ``explorer.auxiliary_models`` entry, its ``engine_num`` engine actors."""
+    """For each ``explorer.auxiliary_models`` entry, its ``engine_num`` engine actors (in
+    ``placement``'s group of that model when given)."""
     groups = []
     for k, aux in enumerate(config.explorer.auxiliary_models):
         group = []
         for i in range(aux.engine_num):
             settings = engine_settings(aux, None, engine_id=i, name=aux.name or f"auxiliary_{k}")
             cpus, gpus = _actor_resources(settings)
+            options = placement.engine_options(i, model=k + 1) if placement is not None else None
             group.append(
-                create_engine_actor(settings, num_cpus=cpus, num_gpus=gpus, env_vars=env_vars)
+                create_engine_actor(
+                    settings, num_cpus=cpus, num_gpus=gpus, env_vars=env_vars, options=options
+                )
             )
         groups.append(group)
     return groups

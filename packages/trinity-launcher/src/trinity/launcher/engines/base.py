@@ -175,11 +175,27 @@ class BaseRolloutEngine:
 
     async def pids(self) -> dict[str, Any]:
         """``{"pid": this process, "children": [pids of its child processes]}`` (vLLM's
-        engine core is a child): for logs and for fault tests that kill them."""
+        engine core is a child): for logs and for fault tests that kill them; in a Ray actor
+        also ``node_id`` and ``placement_group_id`` (hex, ``None`` outside a group): where
+        it was placed."""
         import psutil
 
         me = psutil.Process()
-        return {"pid": me.pid, "children": [p.pid for p in me.children(recursive=True)]}
+        out: dict[str, Any] = {
+            "pid": me.pid,
+            "children": [p.pid for p in me.children(recursive=True)],
+        }
+        try:
+            import ray
+
+            if ray.is_initialized():
+                context = ray.get_runtime_context()
+                out["node_id"] = context.get_node_id()
+                group = context.get_placement_group_id()
+                out["placement_group_id"] = group or None
+        except Exception:  # not in Ray: nothing more to say
+            pass
+        return out
 
     async def get_api_address(self) -> Optional[str]:
         return self.api_address

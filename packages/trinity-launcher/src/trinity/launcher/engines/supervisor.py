@@ -121,6 +121,9 @@ class EngineSupervisor:
         max_restarts: ``explorer.max_engine_restarts``.
         window: ``explorer.engine_restart_window`` seconds.
         env_vars: environment of replacement actors (as the originals got).
+        engine_options: Ray actor options of each engine (its placement-group bundle,
+            :meth:`~trinity.launcher.placement.Placement.engine_options`): a replacement
+            gets its predecessor's, so it lands in the same bundle.
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class EngineSupervisor:
         max_restarts: int = 3,
         window: float = 600.0,
         env_vars: Optional[dict[str, str]] = None,
+        engine_options: Optional[Sequence[Optional[dict[str, Any]]]] = None,
     ) -> None:
         if max_restarts < 0:
             raise ValueError(f"explorer.max_engine_restarts must be >= 0, got {max_restarts}")
@@ -142,6 +146,7 @@ class EngineSupervisor:
         self.max_restarts = int(max_restarts)
         self.window = float(window)
         self.env_vars = dict(env_vars or {})
+        self.engine_options = list(engine_options or [None] * len(handles))
         self.latest: Optional[LatestWeights] = None
         self.total_restarts = 0
         self._unreported = 0
@@ -248,7 +253,7 @@ class EngineSupervisor:
             )
             began = time.monotonic()
             await _stop(dead)
-            handle = self._create(engine.settings)
+            handle = self._create(engine.settings, index)
             try:
                 await asyncio.wait_for(_await(handle.ready.remote()), START_TIMEOUT)
                 await self._load_latest(handle)
@@ -270,11 +275,14 @@ class EngineSupervisor:
             )
             return handle
 
-    def _create(self, settings: Any) -> Any:
+    def _create(self, settings: Any, index: int) -> Any:
         from trinity.launcher.engines import _actor_resources, create_engine_actor
 
         cpus, gpus = _actor_resources(settings)
-        return create_engine_actor(settings, num_cpus=cpus, num_gpus=gpus, env_vars=self.env_vars)
+        options = self.engine_options[index] if index < len(self.engine_options) else None
+        return create_engine_actor(
+            settings, num_cpus=cpus, num_gpus=gpus, env_vars=self.env_vars, options=options
+        )
 
     def _name(self, index: int) -> str:
         s = self.engines[index].settings

@@ -25,9 +25,10 @@ from trinity.utils.log import get_logger
 logger = get_logger(__name__)
 
 
-def build_trainer(config: Config) -> Trainer:
+def build_trainer(config: Config, placement: Any = None) -> Trainer:
     """The policy engine (a reference engine where the loss needs one, a critic where the
-    algorithm type uses one), readers, loop."""
+    algorithm type uses one), readers, loop. Ray worker ranks go in ``placement``'s trainer
+    bundles when given (:class:`~trinity.launcher.placement.Placement`)."""
     from trinity.algorithm.resolve import resolve_algorithm
     from trinity.launcher.trainer.verl_engine import (
         TrinityLoss,
@@ -54,7 +55,14 @@ def build_trainer(config: Config) -> Trainer:
     world_size = trainer_world_size(config, settings.resolved_device)
     if world_size > 1:
         engine, ref_engine, critic = _remote_engines(
-            config, settings, world_size, needs_ref, algorithm.use_critic, total_steps, schema
+            config,
+            settings,
+            world_size,
+            needs_ref,
+            algorithm.use_critic,
+            total_steps,
+            schema,
+            placement=placement,
         )
     else:
         engine = VerlTrainEngine(settings)
@@ -79,6 +87,7 @@ def _remote_engines(
     use_critic: bool,
     total_steps: Optional[int],
     schema: str,
+    placement: Any = None,
 ) -> tuple[Any, Any, Any]:
     """The policy (and reference, critic) engines as ``world_size`` Ray worker ranks."""
     import ray
@@ -98,7 +107,10 @@ def _remote_engines(
             VerlCriticEngine.from_config, config, total_training_steps=total_steps or -1
         )
     device = settings.resolved_device
-    group = TrainerWorkerGroup(world_size, builders, device)
+    rank_options = (
+        placement.trainer_options if placement is not None and placement.plan.trainer else None
+    )
+    group = TrainerWorkerGroup(world_size, builders, device, rank_options=rank_options)
     # verl's loader, as the engines' HFModelConfig uses (a missing pad token becomes EOS)
     tokenizer = hf_tokenizer(
         settings.tokenizer_path or settings.model_path,
@@ -142,15 +154,21 @@ def run_train(config: Config, monitor: Any = None, progress: Any = None) -> dict
     from trinity.launcher.trainer.verl_compat import default_device
 
     if trainer_world_size(config, default_device()) > 1:
-        with ray_session(config):
-            return _run_train(config, monitor, progress)
+        from trinity.launcher.placement import placement_session
+        from trinity.launcher.trainer.workers import trainer_layout
+
+        layout = trainer_layout(config)
+        with ray_session(config), placement_session(config, **layout) as placement:
+            return _run_train(config, monitor, progress, placement)
     return _run_train(config, monitor, progress)
 
 
-def _run_train(config: Config, monitor: Any, progress: Any) -> dict[str, float]:
+def _run_train(
+    config: Config, monitor: Any, progress: Any, placement: Any = None
+) -> dict[str, float]:
     from trinity.launcher.monitor import create_monitor
 
-    trainer = build_trainer(config)
+    trainer = build_trainer(config, placement)
     try:
         if config.continue_from_checkpoint:
             step = trainer.resume()

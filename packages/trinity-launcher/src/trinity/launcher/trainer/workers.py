@@ -85,6 +85,23 @@ def trainer_world_size(config: Any, device: str) -> int:
     return 1
 
 
+def trainer_layout(config: Any) -> dict[str, Any]:
+    """``trainer_ranks`` (Ray worker ranks), ``trainer_device``, ``ranks_per_node`` of the run's
+    trainer, as :func:`~trinity.launcher.placement.placement_session` takes them: no worker ranks
+    (0) where its one rank runs in the driver process or the mode has no trainer."""
+    if config.mode not in ("both", "train"):
+        return {"trainer_ranks": 0}
+    from trinity.launcher.trainer.verl_compat import default_device
+
+    device = default_device()
+    ranks = trainer_world_size(config, device)
+    if ranks <= 1:
+        return {"trainer_ranks": 0, "trainer_device": device}
+    verl = (getattr(config.trainer, "trainer_config", None) or {}).get("trainer") or {}
+    per_node = verl.get("n_gpus_per_node") or config.cluster.trainer_gpu_num_per_node or None
+    return {"trainer_ranks": ranks, "trainer_device": device, "ranks_per_node": per_node}
+
+
 # ------------------------------------------------------------------------------ sharding
 
 
@@ -240,6 +257,9 @@ class TrainerWorkerGroup:
         device: ``"cuda"`` reserves one GPU per worker; ``"cpu"`` reserves nothing (the
             trainer's ranks then share the machine's cores with the explorer).
         threads: torch intra-op threads per worker on the CPU (default: cores / world size).
+        rank_options: ``rank -> Ray actor options`` overriding the device's defaults (the
+            rank's placement-group bundle, :meth:`~trinity.launcher.placement.Placement.
+            trainer_options`).
     """
 
     def __init__(
@@ -249,6 +269,7 @@ class TrainerWorkerGroup:
         device: str,
         threads: Optional[int] = None,
         env_vars: Optional[Mapping[str, str]] = None,
+        rank_options: Optional[Callable[[int], dict[str, Any]]] = None,
     ) -> None:
         import ray
 
@@ -263,7 +284,10 @@ class TrainerWorkerGroup:
             options["runtime_env"] = {"env_vars": dict(env_vars)}
         actor_cls = ray.remote(TrainerWorker)
         self.workers = [
-            actor_cls.options(**options).remote(rank, world_size) for rank in range(world_size)
+            actor_cls.options(**{**options, **(rank_options(rank) if rank_options else {})}).remote(
+                rank, world_size
+            )
+            for rank in range(world_size)
         ]
         if device == "cpu" and threads is None:
             threads = max(1, (os.cpu_count() or 1) // world_size)
