@@ -45,6 +45,7 @@ position: every experience is trained exactly once, in the same steps as without
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from typing import Any, Optional
@@ -235,8 +236,12 @@ async def run_both_async(
     trainer: Any,
     merger: StepMerger,
     restored: Optional[list[Experience]] = None,
+    colocation: Any = None,
 ) -> dict:
     """Drive explorer and trainer concurrently until the task set (or total_steps) ends.
+
+    With ``colocation`` (a :class:`trinity.launcher.colocate.Colocation`: mode colocate) each
+    train step and its weight push run in the trainer's turn: engines asleep, no generation.
 
     A resumed run passes a trainer already at its checkpoint's step, an explorer at the
     checkpoint's explore step and task-set position, and ``restored``: the experiences that
@@ -313,8 +318,11 @@ async def run_both_async(
     async def push(step: int) -> dict[str, float]:
         """The trainer's weights (train step ``step``) into the rollout engines."""
         wait = time.perf_counter()
-        async with generation:  # not while a step generates with the old weights
+        # not while a step generates with the old weights (colocate: the turn holds the lock)
+        async with generation if colocation is None else contextlib.nullcontext():
             out = {"time/sync_wait": time.perf_counter() - wait, "time/sync": await sync.push(step)}
+        if colocation is not None:
+            colocation.synced(step)
         async with changed:
             state["version"] = step
             changed.notify_all()
@@ -426,7 +434,12 @@ async def run_both_async(
                     break
                 ledger.consume(exps)
                 ids = experience_ids(exps)
-                async with training:
+                turn = (
+                    colocation.turn(generation, trainer.global_step + 1)
+                    if colocation is not None
+                    else contextlib.nullcontext({})
+                )
+                async with training, turn as turn_metrics:
                     metrics = await asyncio.to_thread(trainer.train_step, exps)
                     metrics.update(sample_metrics)
                     step = trainer.global_step
@@ -435,6 +448,7 @@ async def run_both_async(
                     # (dynamic_by_explorer: when the explorer asks, see serve_requests)
                     if style != "dynamic_by_explorer" and step % interval == 0:
                         metrics.update(await push(step))
+                metrics.update(turn_metrics)  # colocate: sleep/wake times, the engines' calls
                 async with changed:
                     state["trained"] = step
                     changed.notify_all()
@@ -513,7 +527,7 @@ def run_both(config: Config, progress: Any = None) -> dict:
 
     merger = StepMerger(None)
     if progress is None:
-        progress = ProgressReporter(total_steps=None, description="both")
+        progress = ProgressReporter(total_steps=None, description=config.mode)
     try:
         explorer = Explorer(config, monitor=merger, progress=progress)
     except (ValueError, KeyError, FileNotFoundError) as exc:
@@ -552,7 +566,14 @@ def run_both(config: Config, progress: Any = None) -> dict:
                             f"expected to resume from global_step_{resume_step}, the trainer "
                             f"resumed from {got}"
                         )
-                return await run_both_async(config, explorer, trainer, merger, restored)
+                colocation = None
+                if config.mode == "colocate":  # the engines and the trainer take turns
+                    from trinity.launcher.colocate import Colocation
+
+                    colocation = Colocation(explorer.supervisor, trainer.global_step)
+                return await run_both_async(
+                    config, explorer, trainer, merger, restored, colocation=colocation
+                )
             finally:
                 trainer.close()
         finally:

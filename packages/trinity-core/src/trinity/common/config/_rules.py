@@ -666,6 +666,14 @@ def _rule_colocate(c: _Checker, cfg: Config) -> None:
             "mode 'colocate' synchronises after every train step in turn with generation; "
             "allowed: 'fixed'",
         )
+    rollout = cfg.explorer.rollout_model
+    if cfg.cluster.gpu_per_node and rollout.tensor_parallel_size > 1:
+        c.error(
+            ("explorer", "rollout_model", "tensor_parallel_size"),
+            rollout.tensor_parallel_size,
+            "mode 'colocate' gives each engine half of one GPU (the trainer has the other "
+            "half), and Ray cannot give an actor half of several GPUs; allowed: 1",
+        )
     if sync.sync_method == "nccl":
         # nccl is the default; silently memory: the engine and the trainer share a device
         # (NCCL cannot connect two ranks on one GPU) and the weights never leave the machine

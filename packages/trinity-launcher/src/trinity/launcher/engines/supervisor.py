@@ -143,6 +143,9 @@ class EngineSupervisor:
         self.window = float(window)
         self.env_vars = dict(env_vars or {})
         self.latest: Optional[LatestWeights] = None
+        #: the sleep level the engines are at (mode colocate), ``None`` when awake: a
+        #: replacement is put to the same state
+        self.asleep: Optional[int] = None
         self.total_restarts = 0
         self._unreported = 0
 
@@ -211,6 +214,40 @@ class EngineSupervisor:
 
         await asyncio.gather(*(one(i) for i in range(len(self.engines))))
 
+    # ------------------------------------------------------------------ sleep (colocate)
+    async def sleep(self, level: int) -> None:
+        """Put every engine to sleep (:meth:`BaseRolloutEngine.sleep`); a dead one is
+        replaced, and the replacement is put to sleep too."""
+        self.asleep = int(level)
+        await self._each("sleep", level)
+
+    async def wake_up(self) -> None:
+        """Wake every engine (a dead one is replaced, and a replacement starts awake)."""
+        self.asleep = None
+        await self._each("wake_up")
+
+    async def take_call_logs(self) -> list[list[tuple[str, int]]]:
+        """Each engine's calls since the last time (``BaseRolloutEngine.take_call_log``)."""
+        return await asyncio.gather(
+            *(self._each_one(i, "take_call_log") for i in range(len(self.engines)))
+        )
+
+    async def _each(self, method: str, *args: Any) -> list[Any]:
+        return await asyncio.gather(
+            *(self._each_one(i, method, *args) for i in range(len(self.engines)))
+        )
+
+    async def _each_one(self, index: int, method: str, *args: Any) -> Any:
+        """``method`` on engine ``index``, on its replacement if it is found dead."""
+        while True:  # the restart bound ends the loop
+            handle = self.engines[index].handle
+            try:
+                return await getattr(handle, method).remote(*args)
+            except Exception as exc:
+                if not is_engine_death(exc):
+                    raise
+                await self.restart(index, handle, f"{type(exc).__name__}: {exc}")
+
     async def _load_latest(self, handle: Any) -> None:
         latest = self.latest
         if latest is None:  # nothing synchronised yet: the model as loaded is version 0
@@ -252,6 +289,8 @@ class EngineSupervisor:
             try:
                 await asyncio.wait_for(_await(handle.ready.remote()), START_TIMEOUT)
                 await self._load_latest(handle)
+                if self.asleep is not None:  # colocate: the others sleep, so does it
+                    await handle.sleep.remote(self.asleep)
             except BaseException:
                 await _stop(handle)
                 raise

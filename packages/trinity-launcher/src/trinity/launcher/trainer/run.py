@@ -98,7 +98,11 @@ def _remote_engines(
             VerlCriticEngine.from_config, config, total_training_steps=total_steps or -1
         )
     device = settings.resolved_device
-    group = TrainerWorkerGroup(world_size, builders, device)
+    from trinity.launcher.colocate import trainer_rank_gpus
+
+    group = TrainerWorkerGroup(
+        world_size, builders, device, gpus_per_rank=trainer_rank_gpus(config)
+    )
     # verl's loader, as the engines' HFModelConfig uses (a missing pad token becomes EOS)
     tokenizer = hf_tokenizer(
         settings.tokenizer_path or settings.model_path,

@@ -240,6 +240,8 @@ class TrainerWorkerGroup:
         device: ``"cuda"`` reserves one GPU per worker; ``"cpu"`` reserves nothing (the
             trainer's ranks then share the machine's cores with the explorer).
         threads: torch intra-op threads per worker on the CPU (default: cores / world size).
+        gpus_per_rank: the GPU share each worker reserves (half in mode colocate, where a
+            rollout engine holds the other half: :func:`trinity.launcher.colocate.ray_resources`).
     """
 
     def __init__(
@@ -249,6 +251,7 @@ class TrainerWorkerGroup:
         device: str,
         threads: Optional[int] = None,
         env_vars: Optional[Mapping[str, str]] = None,
+        gpus_per_rank: float = 1.0,
     ) -> None:
         import ray
 
@@ -257,7 +260,7 @@ class TrainerWorkerGroup:
         self.world_size = world_size
         self.device = device
         options: dict[str, Any] = (
-            {"num_gpus": 1, "num_cpus": 0} if device == "cuda" else {"num_cpus": 0}
+            {"num_gpus": gpus_per_rank, "num_cpus": 0} if device == "cuda" else {"num_cpus": 0}
         )
         if env_vars:
             options["runtime_env"] = {"env_vars": dict(env_vars)}
