@@ -25,8 +25,8 @@ taking the turns), so a colocate run killed mid-way resumes as mode ``both`` doe
 
 Engines log their calls (``generate``/``score``/``sleep``/``update_weights``/``wake_up`` with
 the model version); each step's record gets them, in order and with the train step between,
-as ``colocate/calls`` (e.g. ``["generate@0 x16", "sleep@0", "train@1", "update_weights@1",
-"wake_up@1"]``), and ``colocate/stale_generations`` counts generations at another version than
+as ``colocate/calls`` (e.g. ``"generate@0 x16, sleep@0, train@1, update_weights@1,
+wake_up@1"``), and ``colocate/stale_generations`` counts generations at another version than
 the last synchronised one (always 0 unless something is wrong; it is also logged as an error).
 
 Ray resources (:func:`ray_resources`): each engine actor asks for ``GPU_SHARE`` of a GPU and
@@ -198,4 +198,5 @@ class Colocation:
                 step,
                 calls,
             )
-        return {CALLS_KEY: calls, STALE_KEY: float(stale)}
+        # one string: metrics.jsonl keeps scalars and strings
+        return {CALLS_KEY: ", ".join(calls), STALE_KEY: float(stale)}
