@@ -157,9 +157,10 @@ def _check_turns(rows: list[dict]) -> None:
 
 @pytest.mark.slow
 def test_colocate_quickstart_learns_taking_turns(tmp_path, run_cli):
-    """The quickstart (vLLM's CPU build, verl on CPU) in mode colocate for 40 steps: the mean
+    """The quickstart (vLLM's CPU build, verl on CPU) in mode colocate for 50 steps: the mean
     training reward of the last 5 steps is at least 0.25 above that of the first 5 (mode both
-    goes from ~0.05 to ~0.5 in as many steps), and every step took its turn in order."""
+    goes from ~0.05 to ~0.5 in 40 steps; colocate measured 0.05 -> 0.37 at 40, still rising),
+    and every step took its turn in order."""
     _needs("vllm")
     _needs("verl")
     model = tmp_path / "tiny-model"
@@ -171,7 +172,7 @@ def test_colocate_quickstart_learns_taking_turns(tmp_path, run_cli):
     config = yaml.safe_load(QUICKSTART.read_text())
     config.update(mode="colocate", checkpoint_root_dir=str(tmp_path / "ckpt"))
     config["model"]["model_path"] = str(model)
-    config["buffer"]["total_steps"] = 40
+    config["buffer"]["total_steps"] = 50
     taskset = config["buffer"]["explorer_input"]["taskset"]
     taskset["path"] = str(ROOT / taskset["path"])
     config["buffer"]["explorer_input"]["eval_tasksets"] = []  # the turns, not evaluation
@@ -181,7 +182,7 @@ def test_colocate_quickstart_learns_taking_turns(tmp_path, run_cli):
     done = run_cli(path, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     rows = _records(tmp_path / "ckpt" / "trinity-quickstart" / "cpu" / "grpo-arithmetic")
-    assert [r["step"] for r in rows] == list(range(1, 41))
+    assert [r["step"] for r in rows] == list(range(1, 51))
     rewards = [r["batch/reward/mean"] for r in rows]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last - first >= 0.25, (first, last, rewards)
