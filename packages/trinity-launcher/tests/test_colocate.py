@@ -3,9 +3,10 @@
 Fast: an engine's sleep/wake contract on the real ``transformers`` engine (generation refused
 asleep, weights loaded asleep are served after waking, the call log in order); the Ray request
 (one GPU, or no CPU, suffices); ``--dry-run`` accepts the mode. Slow (real runs through the
-command line, real engines): the quickstart in mode colocate learns, and every step's engine
-call log reads generate (at the trainer's latest version) -> sleep -> train -> update_weights
--> wake_up; an engine killed while asleep is replaced asleep, with the latest weights.
+command line, real engines): the quickstart in mode colocate learns and resumes after a
+kill, and every step's engine call log reads generate (at the trainer's latest version) ->
+sleep -> train -> update_weights -> wake_up; an engine killed while asleep is replaced asleep,
+with the latest weights.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import importlib.util
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -146,23 +150,27 @@ def _check_turns(rows: list[dict]) -> None:
         turn = calls.index(f"train@{s}")
         before, after = calls[:turn], calls[turn + 1 :]
         assert before[-1] == f"sleep@{s - 1}", (s, calls)
-        assert all(re.fullmatch(rf"(generate|score)@{s - 1}( x\d+)?", c) for c in before[:-1]), (
-            s,
-            calls,
-        )
+        # (a resumed run first loads the checkpoint's weights: update_weights@{s - 1})
+        pattern = rf"(generate|score|update_weights)@{s - 1}( x\d+)?"
+        assert all(re.fullmatch(pattern, c) for c in before[:-1]), (s, calls)
         assert after == [f"update_weights@{s}", f"wake_up@{s}"], (s, calls)
         assert row["colocate/stale_generations"] == 0
         assert row["sample/model_version/max"] == row["sample/model_version/min"] == s - 1
 
 
 @pytest.mark.slow
-def test_colocate_quickstart_learns_taking_turns(tmp_path, run_cli):
-    """The quickstart (vLLM's CPU build, verl on CPU) in mode colocate for 50 steps: the mean
-    training reward of the last 5 steps is at least 0.25 above that of the first 5 (mode both
-    goes from ~0.05 to ~0.5 in 40 steps; colocate measured 0.05 -> 0.37 at 40, still rising),
-    and every step took its turn in order."""
+def test_colocate_quickstart_learns_taking_turns_and_resumes_after_a_kill(tmp_path):
+    """The quickstart (vLLM's CPU build, verl on CPU) in mode colocate for 50 steps, SIGKILLed
+    (with its Ray processes) once its first checkpoint (step 10) exists and run again with the
+    same command: it resumes as mode both does (every step once, each on its own step's
+    experiences), the mean training reward of the last 5 steps is at least 0.25 above that of
+    the first 5 (mode both goes from ~0.05 to ~0.5 in 40 steps; colocate measured 0.05 -> 0.37
+    at 40, still rising), and every step took its turn in order, at the trainer's latest
+    weights."""
     _needs("vllm")
     _needs("verl")
+    from cli_process import run_to_end, spawn_cli
+
     model = tmp_path / "tiny-model"
     subprocess.run(
         [sys.executable, "-m", "trinity.launcher.tiny_model", str(model), "--preset", "arithmetic"],
@@ -176,13 +184,32 @@ def test_colocate_quickstart_learns_taking_turns(tmp_path, run_cli):
     taskset = config["buffer"]["explorer_input"]["taskset"]
     taskset["path"] = str(ROOT / taskset["path"])
     config["buffer"]["explorer_input"]["eval_tasksets"] = []  # the turns, not evaluation
-    config["trainer"]["save_interval"] = 0
+    config["trainer"]["save_interval"] = 10
     path = tmp_path / "colocate.yaml"
     path.write_text(yaml.safe_dump(config))
-    done = run_cli(path, timeout=1200)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    rows = _records(tmp_path / "ckpt" / "trinity-quickstart" / "cpu" / "grpo-arithmetic")
-    assert [r["step"] for r in rows] == list(range(1, 51))
+    run = tmp_path / "ckpt" / "trinity-quickstart" / "cpu" / "grpo-arithmetic"
+    latest = run / "latest_checkpointed_iteration.txt"
+
+    proc, ray_tmp = spawn_cli(path, tmp_path / "killed.log")
+    try:
+        deadline = time.monotonic() + 900
+        while proc.poll() is None and not latest.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-4000:]
+    ckpt = int(latest.read_text())
+    assert 10 <= ckpt < 50, f"killed at checkpoint {ckpt}, not mid-run"
+
+    out = run_to_end(path, tmp_path / "resumed.log", timeout=1200)
+    assert f"Resuming mode colocate from global_step_{ckpt}" in out
+    rows = _records(run)
+    assert [r["step"] for r in rows] == list(range(1, 51))  # none twice, none missing
+    for row in rows:  # each step trained on its own step's 16 tasks x 8 samples
+        ids = row["batch/experience_ids"].split()
+        assert ids == sorted(f"{row['step']}/{t}/{r}" for t in range(16) for r in range(8))
     rewards = [r["batch/reward/mean"] for r in rows]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last - first >= 0.25, (first, last, rewards)

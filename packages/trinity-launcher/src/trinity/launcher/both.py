@@ -1,5 +1,8 @@
 """``mode: both``: the explorer and the trainer run concurrently; a synchronizer moves weights.
 
+(``mode: colocate`` runs this loop too, with the rollout engines asleep during each train step:
+:mod:`trinity.launcher.colocate`.)
+
 One driver process holds both (the explorer's engines and workflow runners are Ray actors; the
 trainer's engine is in the driver, or its ranks are Ray workers, see ``trainer/workers.py``). They meet in ``buffer.trainer_input.experience_buffer``
 (a Ray queue), and the weights travel back to the rollout engines every
@@ -507,7 +510,9 @@ async def _flush(pipeline: Any) -> None:
 
 
 def run_both(config: Config, progress: Any = None) -> dict:
-    """Mode ``both`` from a checked config; returns the last train step's metrics.
+    """Mode ``both`` (or ``colocate``: the same loop, the engines and the trainer taking turns
+    on one device, see :mod:`trinity.launcher.colocate`) from a checked config; returns the
+    last train step's metrics.
 
     With ``continue_from_checkpoint`` (the default) and a complete checkpoint in the run
     directory, the run resumes from it (see the module's docstring).
@@ -540,8 +545,9 @@ def run_both(config: Config, progress: Any = None) -> dict:
         dropped = truncate_metrics(os.path.join(job_dir, METRICS_FILE), int(resume_step))
         merger.pending = {int(s): dict(m) for s, m in (state.get("metrics") or {}).items()}
         logger.info(
-            "Resuming mode both from global_step_%d: explore step %d, %d experiences explored "
+            "Resuming mode %s from global_step_%d: explore step %d, %d experiences explored "
             "but not trained go back into the queue%s",
+            config.mode,
             resume_step,
             explorer.step,
             len(restored),
