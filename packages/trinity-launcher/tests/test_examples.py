@@ -314,7 +314,7 @@ def test_example_starts_with_a_comment_saying_what_and_where(path):
 def _file_storages(run: Config) -> list[tuple[str, StorageConfig]]:
     explorer_input = run.buffer.explorer_input
     found: list[tuple[str, StorageConfig]] = []
-    if run.mode in ("both", "explore"):
+    if run.mode in ("both", "colocate", "explore"):
         found += [("taskset", t) for t in explorer_input.get_tasksets()]
     if run.mode != "train":
         found += [("eval_taskset", t) for t in explorer_input.eval_tasksets]
