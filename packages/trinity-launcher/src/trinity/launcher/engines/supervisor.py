@@ -195,24 +195,10 @@ class EngineSupervisor:
         """Load weights into every engine and record them; an engine found dead on the way is
         replaced (and the replacement loads these weights)."""
         self.record(version, state=state, path=path)
-
-        async def one(index: int) -> None:
-            # until a push succeeds: a replacement started before this push may hold older
-            # weights, so the push goes to it too (the restart bound ends the loop)
-            while True:
-                handle = self.engines[index].handle
-                try:
-                    if state is not None:
-                        await handle.update_weights.remote(state_dict=state, version=version)
-                    else:
-                        await handle.update_weights.remote(path=path, version=version)
-                    return
-                except Exception as exc:
-                    if not is_engine_death(exc):
-                        raise
-                    await self.restart(index, handle, f"{type(exc).__name__}: {exc}")
-
-        await asyncio.gather(*(one(i) for i in range(len(self.engines))))
+        # until a push succeeds (see _each_one): a replacement started before this push may
+        # hold older weights, so the push goes to it too
+        kwargs = {"state_dict": state} if state is not None else {"path": path}
+        await self._each("update_weights", version=version, **kwargs)
 
     # ------------------------------------------------------------------ sleep (colocate)
     async def sleep(self, level: int) -> None:
@@ -228,21 +214,20 @@ class EngineSupervisor:
 
     async def take_call_logs(self) -> list[list[tuple[str, int]]]:
         """Each engine's calls since the last time (``BaseRolloutEngine.take_call_log``)."""
+        return await self._each("take_call_log")
+
+    async def _each(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         return await asyncio.gather(
-            *(self._each_one(i, "take_call_log") for i in range(len(self.engines)))
+            *(self._each_one(i, method, *args, **kwargs) for i in range(len(self.engines)))
         )
 
-    async def _each(self, method: str, *args: Any) -> list[Any]:
-        return await asyncio.gather(
-            *(self._each_one(i, method, *args) for i in range(len(self.engines)))
-        )
-
-    async def _each_one(self, index: int, method: str, *args: Any) -> Any:
-        """``method`` on engine ``index``, on its replacement if it is found dead."""
-        while True:  # the restart bound ends the loop
+    async def _each_one(self, index: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``method`` on engine ``index``; an engine found dead is replaced and the call goes
+        to the replacement (the restart bound ends the loop)."""
+        while True:
             handle = self.engines[index].handle
             try:
-                return await getattr(handle, method).remote(*args)
+                return await getattr(handle, method).remote(*args, **kwargs)
             except Exception as exc:
                 if not is_engine_death(exc):
                     raise
