@@ -222,7 +222,7 @@ def _config(mode: str, algorithm_type: str, path: str | None = "/data/train.json
 
 
 @pytest.mark.parametrize("cls", [SFTAlgorithm, DPOAlgorithm])
-@pytest.mark.parametrize("mode", ["both", "explore"])
+@pytest.mark.parametrize("mode", ["both", "colocate", "explore"])
 def test_offline_algorithms_refuse_online_modes(cls, mode):
     with pytest.raises(ValueError, match=f"does not support mode '{mode}'"):
         cls.check_config(_config(mode, cls.name()))

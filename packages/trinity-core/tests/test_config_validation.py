@@ -450,3 +450,30 @@ def test_describe_args_lists_names_types_defaults_and_ranges() -> None:
     assert rows["clip_range"]["range"] == ">= 0.0" and rows["clip_range"]["description"]
     assert rows["steps"]["range"] == ">= 1"
     assert describe_args(None) == []
+
+
+def test_colocate_is_synchronous_and_shares_every_gpu() -> None:
+    """``mode: colocate``: the engine sleeps while the trainer trains on the same device, so
+    ``sync_offset > 0`` and the dynamic sync styles are refused with the reason; nccl (the
+    default) becomes memory; one GPU holds both (mode both refuses it)."""
+    error = error_of(
+        {
+            "mode": "colocate",
+            "synchronizer": {"sync_offset": 1, "sync_style": "dynamic_by_trainer"},
+            "cluster": {"node_num": 1, "gpu_per_node": 2},
+            "explorer": {"rollout_model": {"tensor_parallel_size": 2}},
+            "buffer": {"batch_size": 2},
+        }
+    )
+    offset = issue_at(error, "synchronizer.sync_offset")
+    assert offset.value == 1 and "synchronous by construction" in str(offset)
+    assert "allowed: 0" in str(offset) and "mode 'both'" in str(offset)
+    assert "allowed: 'fixed'" in str(issue_at(error, "synchronizer.sync_style"))
+    assert "half of several GPUs" in str(
+        issue_at(error, "explorer.rollout_model.tensor_parallel_size")
+    )
+    one_gpu = {"cluster": {"node_num": 1, "gpu_per_node": 1}}
+    config = load_config({"mode": "colocate", **one_gpu})
+    assert config.synchronizer.sync_method == "memory"
+    assert (config.cluster.rollout_gpu_num, config.cluster.trainer_gpu_num) == (1, 1)
+    assert "no GPU left for the trainer" in str(error_of({"mode": "both", **one_gpu}))

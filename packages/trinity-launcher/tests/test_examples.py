@@ -152,6 +152,26 @@ def expect_grpo_gsm8k(v: Validated) -> None:
     assert run.synchronizer.sync_interval == 1 and run.synchronizer.sync_offset == 0
 
 
+def expect_grpo_one_gpu(v: Validated) -> None:
+    (run,) = v.runs
+    assert (run.mode, run.algorithm.algorithm_type) == ("colocate", "grpo")
+    assert run.model.model_path == "Qwen/Qwen2.5-0.5B-Instruct"
+    # one GPU holds the engine and the trainer, which take turns on it
+    assert (run.cluster.node_num, run.cluster.gpu_per_node) == (1, 1)
+    assert (run.cluster.rollout_gpu_num, run.cluster.trainer_gpu_num) == (1, 1)
+    rollout = run.explorer.rollout_model
+    assert (rollout.engine_type, rollout.engine_num, rollout.tensor_parallel_size) == (
+        "vllm",
+        1,
+        1,
+    )
+    _math_tasksets(run)
+    sync = run.synchronizer
+    assert (sync.sync_method, sync.sync_interval, sync.sync_offset) == ("memory", 1, 0)
+    # the trainer leaves the GPU to the engine between steps
+    assert run.trainer.param_offload and run.trainer.optimizer_offload
+
+
 def expect_ppo_critic(v: Validated) -> None:
     (run,) = v.runs
     assert (run.mode, run.algorithm.algorithm_type) == ("both", "ppo")
@@ -250,6 +270,7 @@ def expect_sft_then_grpo(v: Validated) -> None:
 EXPECTED: dict[str, Callable[[Validated], None]] = {
     "quickstart": expect_quickstart,
     "grpo_gsm8k": expect_grpo_gsm8k,
+    "grpo_one_gpu": expect_grpo_one_gpu,
     "ppo_critic": expect_ppo_critic,
     "opmd_offpolicy": expect_opmd_offpolicy,
     "dpo": expect_dpo,
@@ -293,7 +314,7 @@ def test_example_starts_with_a_comment_saying_what_and_where(path):
 def _file_storages(run: Config) -> list[tuple[str, StorageConfig]]:
     explorer_input = run.buffer.explorer_input
     found: list[tuple[str, StorageConfig]] = []
-    if run.mode in ("both", "explore"):
+    if run.mode in ("both", "colocate", "explore"):
         found += [("taskset", t) for t in explorer_input.get_tasksets()]
     if run.mode != "train":
         found += [("eval_taskset", t) for t in explorer_input.eval_tasksets]

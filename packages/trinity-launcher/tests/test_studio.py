@@ -389,6 +389,29 @@ def test_generated_yaml_validates_and_round_trips(tmp_path):
     assert generate(again) == text
 
 
+def test_colocate_is_offered_with_its_explorer_trainer_and_offset_rule(tmp_path):
+    """Mode colocate: offered in the mode list, keeps the explorer, synchronizer and trainer
+    settings, gives the trainer every GPU, and the launcher's refusal of ``sync_offset > 0``
+    shows in the page; the generated YAML validates."""
+    at = fill_essentials(new_app(), tmp_path)
+    at.radio(key="_page_mode").set_value("Expert Mode").run()
+    assert "colocate" in at.selectbox(key="mode").options
+    at.selectbox(key="mode").set_value("colocate").run()
+    assert not at.exception, at.exception
+    assert "Explorer and Synchronizer" in [t.label for t in at.tabs]
+    for key in ("engine_num", "sync_method", "policy_loss_fn"):
+        assert key in keys_of(at.main), key
+    state = at.session_state
+    assert state["trainer_gpu_num"] == state["gpu_per_node"] * state["node_num"]
+    at.number_input(key="sync_offset").set_value(1).run()
+    assert any("synchronous by construction" in e for e in errors(at)), errors(at)
+    at.number_input(key="sync_offset").set_value(0).run()
+    path = tmp_path / "studio.yaml"
+    path.write_text(generate(at))
+    config, _ = validate_config(str(path))
+    assert config.mode == "colocate" and config.synchronizer.sync_offset == 0
+
+
 def test_quickstart_loads_edits_and_keeps_its_meaning(tmp_path, monkeypatch):
     monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR", raising=False)
     monkeypatch.delenv("TRINITY_QUICKSTART_MODEL", raising=False)

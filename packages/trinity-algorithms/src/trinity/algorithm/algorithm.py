@@ -196,7 +196,7 @@ class AlgorithmType(ABC):
 def _train_only_checks(cls: type[AlgorithmType], config: Config) -> list[str]:
     """Shared by SFT and DPO: offline data, train mode only, checkpoint synchronisation."""
     name = cls.name()
-    if config.mode in ("both", "explore"):
+    if config.mode in ("both", "colocate", "explore"):
         raise ValueError(
             f"algorithm.algorithm_type {name!r} trains on a fixed data set and does not "
             f"support mode {config.mode!r}; use mode 'train'"

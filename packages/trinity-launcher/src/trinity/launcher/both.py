@@ -1,5 +1,8 @@
 """``mode: both``: the explorer and the trainer run concurrently; a synchronizer moves weights.
 
+(``mode: colocate`` runs this loop too, with the rollout engines asleep during each train step:
+:mod:`trinity.launcher.colocate`.)
+
 One driver process holds both (the explorer's engines and workflow runners are Ray actors; the
 trainer's engine is in the driver, or its ranks are Ray workers, see ``trainer/workers.py``). They meet in ``buffer.trainer_input.experience_buffer``
 (a Ray queue), and the weights travel back to the rollout engines every
@@ -45,6 +48,7 @@ position: every experience is trained exactly once, in the same steps as without
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from typing import Any, Optional
@@ -244,8 +248,12 @@ async def run_both_async(
     trainer: Any,
     merger: StepMerger,
     restored: Optional[list[Experience]] = None,
+    colocation: Any = None,
 ) -> dict:
     """Drive explorer and trainer concurrently until the task set (or total_steps) ends.
+
+    With ``colocation`` (a :class:`trinity.launcher.colocate.Colocation`: mode colocate) each
+    train step and its weight push run in the trainer's turn: engines asleep, no generation.
 
     A resumed run passes a trainer already at its checkpoint's step, an explorer at the
     checkpoint's explore step and task-set position, and ``restored``: the experiences that
@@ -322,9 +330,12 @@ async def run_both_async(
     async def push(step: int) -> dict[str, float]:
         """The trainer's weights (train step ``step``) into the rollout engines."""
         wait = time.perf_counter()
-        async with generation:  # not while a step generates with the old weights
+        # not while a step generates with the old weights (colocate: the turn holds the lock)
+        async with generation if colocation is None else contextlib.nullcontext():
             out = {"time/sync_wait": time.perf_counter() - wait, "time/sync": await sync.push(step)}
             out["time/sync/export"] = sync.last_export_s
+        if colocation is not None:
+            colocation.synced(step)
         async with changed:
             state["version"] = step
             changed.notify_all()
@@ -436,7 +447,12 @@ async def run_both_async(
                     break
                 ledger.consume(exps)
                 ids = experience_ids(exps)
-                async with training:
+                turn = (
+                    colocation.turn(generation, trainer.global_step + 1)
+                    if colocation is not None
+                    else contextlib.nullcontext({})
+                )
+                async with training, turn as turn_metrics:
                     metrics = await asyncio.to_thread(trainer.train_step, exps)
                     metrics.update(sample_metrics)
                     step = trainer.global_step
@@ -445,6 +461,7 @@ async def run_both_async(
                     # (dynamic_by_explorer: when the explorer asks, see serve_requests)
                     if style != "dynamic_by_explorer" and step % interval == 0:
                         metrics.update(await push(step))
+                metrics.update(turn_metrics)  # colocate: sleep/wake times, the engines' calls
                 async with changed:
                     state["trained"] = step
                     changed.notify_all()
@@ -503,7 +520,9 @@ async def _flush(pipeline: Any) -> None:
 
 
 def run_both(config: Config, progress: Any = None) -> dict:
-    """Mode ``both`` from a checked config; returns the last train step's metrics.
+    """Mode ``both`` (or ``colocate``: the same loop, the engines and the trainer taking turns
+    on one device, see :mod:`trinity.launcher.colocate`) from a checked config; returns the
+    last train step's metrics.
 
     With ``continue_from_checkpoint`` (the default) and a complete checkpoint in the run
     directory, the run resumes from it (see the module's docstring).
@@ -523,7 +542,7 @@ def run_both(config: Config, progress: Any = None) -> dict:
 
     merger = StepMerger(None)
     if progress is None:
-        progress = ProgressReporter(total_steps=None, description="both")
+        progress = ProgressReporter(total_steps=None, description=config.mode)
     try:
         explorer = Explorer(config, monitor=merger, progress=progress)
     except (ValueError, KeyError, FileNotFoundError) as exc:
@@ -536,8 +555,9 @@ def run_both(config: Config, progress: Any = None) -> dict:
         dropped = truncate_metrics(os.path.join(job_dir, METRICS_FILE), int(resume_step))
         merger.pending = {int(s): dict(m) for s, m in (state.get("metrics") or {}).items()}
         logger.info(
-            "Resuming mode both from global_step_%d: explore step %d, %d experiences explored "
+            "Resuming mode %s from global_step_%d: explore step %d, %d experiences explored "
             "but not trained go back into the queue%s",
+            config.mode,
             resume_step,
             explorer.step,
             len(restored),
@@ -574,7 +594,14 @@ def run_both(config: Config, progress: Any = None) -> dict:
                             f"expected to resume from global_step_{resume_step}, the trainer "
                             f"resumed from {got}"
                         )
-                return await run_both_async(config, explorer, trainer, merger, restored)
+                colocation = None
+                if config.mode == "colocate":  # the engines and the trainer take turns
+                    from trinity.launcher.colocate import Colocation
+
+                    colocation = Colocation(explorer.supervisor, trainer.global_step)
+                return await run_both_async(
+                    config, explorer, trainer, merger, restored, colocation=colocation
+                )
             finally:
                 trainer.close()
         finally:

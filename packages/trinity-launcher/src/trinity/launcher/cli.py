@@ -216,7 +216,7 @@ def _execute(config: Config) -> None:
 
     if config.mode == "explore":
         run_explore(config)
-    elif config.mode == "both":
+    elif config.mode in ("both", "colocate"):  # colocate: mode both taking turns on one device
         from trinity.launcher.both import run_both
 
         run_both(config)

@@ -168,7 +168,7 @@ class Explorer:
         self.config = config
         self.mode = config.mode
         explorer_input = config.buffer.explorer_input
-        self.explores = self.mode in ("explore", "both")
+        self.explores = self.mode in ("explore", "both", "colocate")
         self.taskset: Any = None
         if self.explores:
             tasksets = explorer_input.get_tasksets()

@@ -36,7 +36,7 @@ __all__ = [
 logger = get_logger(__name__)
 
 #: Modes this release runs; the others are validated only.
-RUNNABLE_MODES = ("explore", "bench", "train", "both")
+RUNNABLE_MODES = ("explore", "bench", "train", "both", "colocate")
 #: Set it to choose Ray's session directory (``_temp_dir``) when a local Ray is started.
 RAY_TMPDIR_ENV = "TRINITY_RAY_TMPDIR"
 

@@ -35,7 +35,7 @@ logger = get_logger(__name__)
 #: Finished stages, in ``<job dir>`` of the base config.
 STAGE_STATE_FILE = "stages.json"
 #: Modes whose stage trains and so hands its final weights to the next stage.
-_TRAINING_MODES = ("train", "both")
+_TRAINING_MODES = ("train", "both", "colocate")
 
 
 def stage_configs(config: Config) -> list[Config]:

@@ -178,7 +178,7 @@ def _check_trainer_ranks(config: Config) -> None:
     """The trainer's rank count must be readable (it decides Ray workers vs the driver)."""
     from trinity.launcher.trainer.workers import TrainerRanksError, trainer_world_size
 
-    if config.mode not in ("train", "both"):
+    if config.mode not in ("train", "both", "colocate"):
         return
     try:
         trainer_world_size(config, "cpu")

@@ -376,7 +376,7 @@ class ConfigManager:
             algorithm["loss_agg_mode"] = st.session_state["loss_agg_mode"]
 
     def _gen_buffer_config(self, data: dict[str, Any]) -> None:
-        if st.session_state["mode"] in ("both", "explore", "bench"):
+        if st.session_state["mode"] in ("both", "colocate", "explore", "bench"):
             eval_sets = []
             for idx in range(st.session_state["_eval_tasksets_num"]):
                 entry = copy.deepcopy(st.session_state.get(f"_eval_taskset_{idx}_extra") or {})

@@ -53,7 +53,12 @@ def _normalized(aliases: Optional[dict[str, str]] = None, upper: bool = False) -
     return BeforeValidator(_norm)
 
 
-RunMode = Annotated[Literal["both", "explore", "train", "bench", "serve"], _normalized()]
+RunMode = Annotated[
+    Literal["both", "colocate", "explore", "train", "bench", "serve"], _normalized()
+]
+#: modes that run an explorer and a trainer together (``colocate``: on the same devices, in
+#: turns; see ``trinity.launcher.colocate``)
+BOTH_MODES = ("both", "colocate")
 StorageTypeName = Annotated[Literal["file", "queue", "priority_queue", "sql"], _normalized()]
 PromptTypeName = Annotated[Literal["messages", "plaintext"], _normalized()]
 SyncMethodName = Annotated[
@@ -90,7 +95,7 @@ SaveStrategy = Annotated[
 LRSchedulerType = Annotated[Literal["constant", "cosine"], _normalized()]
 SaveHFCheckpoint = Annotated[Literal["last", "always", "never"], _normalized()]
 
-_SAVING_MODES = {"both", "train", "explore", "bench"}
+_SAVING_MODES = {"both", "colocate", "train", "explore", "bench"}
 _SFT_LIKE = {"sft", "dpo"}
 _NO_GPU_ENGINES = {"tinker", "external"}
 

@@ -60,7 +60,7 @@ logger = logging.getLogger("trinity.common.config")
 class Config(_Section):
     """A whole Trinity run."""
 
-    mode: RunMode = Field("both", description="both, explore, train, bench or serve.")
+    mode: RunMode = Field("both", description="both, colocate, explore, train, bench or serve.")
     project: str = Field("Trinity-RFT", description="Project name (monitor, checkpoint dirs).")
     group: str = Field("", description="Experiment group.")
     name: str = Field("rft", description="Experiment name.")

@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Union
 
 from . import _utils
+from ._base import BOTH_MODES
 from ._errors import _fmt_loc
 from ._sections import (
     _NO_GPU_ENGINES,
@@ -249,13 +250,16 @@ def _rule_cluster(c: _Checker, cfg: Config) -> None:
         aux_gpus = sum(m.gpu_per_engine * m.engine_num for m in cfg.explorer.auxiliary_models)
     explorer_gpus = rollout_gpus + aux_gpus
     trainer_gpus = trainer_nodes = trainer_per_node = 0
-    if cfg.mode in ("explore", "bench", "serve"):
+    if cfg.mode in ("explore", "bench", "serve", "colocate"):
         if explorer_gpus > total:
             c.error(
                 ("explorer", "rollout_model", "engine_num"),
                 rollout.engine_num,
                 f"the explorer needs {explorer_gpus} GPUs but the cluster has {total}",
             )
+        if cfg.mode == "colocate":  # the trainer takes turns with the engines on every GPU
+            trainer_gpus, trainer_nodes = total, cluster.node_num
+            trainer_per_node = gpn
     elif cfg.mode in ("both", "train"):
         if explorer_gpus >= total:
             c.error(
@@ -307,6 +311,8 @@ def _rule_synchronizer(c: _Checker, cfg: Config) -> None:
                 "synchronizer.sync_method set to 'checkpoint'."
             )
             _set_derived(sync, "sync_method", "checkpoint")
+    if cfg.mode == "colocate":
+        _rule_colocate(c, cfg)
     if sync.explorer_sync_interval is None:
         _set_derived(sync, "explorer_sync_interval", sync.sync_interval)
     if sync.trainer_sync_interval is None:
@@ -387,7 +393,7 @@ def _rename_over_earlier_run(c: _Checker, cfg: Config) -> None:
     already holds an earlier run's output is renamed ``<name>_<timestamp>``, so it neither
     resumes nor appends to (or overwrites) what is there. Bench reads the checkpoints of its
     directory and is never renamed; a ``stages:`` config decides per stage."""
-    if cfg.continue_from_checkpoint or cfg.mode not in ("both", "train", "explore"):
+    if cfg.continue_from_checkpoint or cfg.mode not in ("both", "colocate", "train", "explore"):
         return
     if cfg.stages:
         return
@@ -449,12 +455,12 @@ def _rule_buffer(c: _Checker, cfg: Config) -> None:
     # trainer input
     trainer_input = buffer.trainer_input
     exp = trainer_input.experience_buffer
-    if exp is None and cfg.mode in ("both", "explore"):
+    if exp is None and cfg.mode in ("both", "colocate", "explore"):
         exp = ExperienceBufferConfig(name=DEFAULT_EXPERIENCE_BUFFER_NAME, storage_type="queue")
         _set_derived(trainer_input, "experience_buffer", exp)
     if exp is not None:
         loc = ("buffer", "trainer_input", "experience_buffer")
-        if exp.storage_type == "file" and cfg.mode == "both":
+        if exp.storage_type == "file" and cfg.mode in BOTH_MODES:
             c.warn(
                 "a 'file' experience buffer cannot be written and read at once in mode 'both'; "
                 f"{_fmt_loc(loc)}.storage_type set to 'queue'."
@@ -464,7 +470,7 @@ def _rule_buffer(c: _Checker, cfg: Config) -> None:
             _set_derived(exp, "name", DEFAULT_EXPERIENCE_BUFFER_NAME)
         _set_derived(exp, "batch_size", tbs)
         least = 0  # a read stops at explore steps' ends only where an explorer writes them
-        if cfg.mode in ("both", "explore") and tbs:
+        if cfg.mode in ("both", "colocate", "explore") and tbs:
             least = max(1, min(math.ceil(cfg.explorer.min_batch_fraction * tbs), tbs))
         _set_derived(exp, "min_batch_size", least)
         _set_derived(exp, "tokenizer_path", cfg.model.model_path or None)
@@ -553,7 +559,7 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
         if explorer_input.taskset is not None or not explorer_input.tasksets
         else ("buffer", "explorer_input", "tasksets")
     )
-    if mode in ("both", "explore"):
+    if mode in ("both", "colocate", "explore"):
         if not tasksets:
             c.error(
                 train_loc,
@@ -612,7 +618,7 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
         _set_derived(exp, "path", path)
     pipeline = cfg.data_processor.experience_pipeline
     if (
-        mode in ("explore", "both", "serve")
+        mode in ("explore", "both", "colocate", "serve")
         and pipeline.save_input
         and pipeline.input_save_path is None
         and cfg.buffer.cache_dir
@@ -638,6 +644,40 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
         _set_derived(cfg.synchronizer, "sync_method", "checkpoint")
         for engine in (cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models):
             _set_derived(engine, "sync_method", "checkpoint")
+
+
+def _rule_colocate(c: _Checker, cfg: Config) -> None:
+    """``mode: colocate``: the rollout engine and the trainer share the devices and take turns
+    (generate, engine sleeps, train, weights in memory, engine wakes), so the explorer can
+    never run ahead of the trainer: only the synchronous schedule exists."""
+    sync = cfg.synchronizer
+    if sync.sync_offset > 0:
+        c.error(
+            ("synchronizer", "sync_offset"),
+            sync.sync_offset,
+            "mode 'colocate' is synchronous by construction (the rollout engine sleeps while "
+            "the trainer trains on the same device, so the explorer cannot run ahead of it); "
+            "allowed: 0. Use mode 'both' on separate devices to overlap generation and training",
+        )
+    if sync.sync_style != "fixed":
+        c.error(
+            ("synchronizer", "sync_style"),
+            sync.sync_style,
+            "mode 'colocate' synchronises after every train step in turn with generation; "
+            "allowed: 'fixed'",
+        )
+    rollout = cfg.explorer.rollout_model
+    if cfg.cluster.gpu_per_node and rollout.tensor_parallel_size > 1:
+        c.error(
+            ("explorer", "rollout_model", "tensor_parallel_size"),
+            rollout.tensor_parallel_size,
+            "mode 'colocate' gives each engine half of one GPU (the trainer has the other "
+            "half), and Ray cannot give an actor half of several GPUs; allowed: 1",
+        )
+    if sync.sync_method == "nccl":
+        # nccl is the default; silently memory: the engine and the trainer share a device
+        # (NCCL cannot connect two ranks on one GPU) and the weights never leave the machine
+        _set_derived(sync, "sync_method", "memory")
 
 
 def _cuda_available() -> bool:

@@ -199,7 +199,7 @@ def _actor_resources(settings: EngineSettings) -> tuple[float, float]:
 
     gpus = ray.cluster_resources().get("GPU", 0) if ray.is_initialized() else 0
     if gpus and settings.engine_type in ("vllm", "vllm_async", "transformers"):
-        return 0, float(settings.tensor_parallel_size)
+        return 0, float(settings.tensor_parallel_size) * settings.gpu_share
     return 0, 0
 
 
@@ -212,6 +212,10 @@ def create_rollout_engines(
     handles = []
     for i in range(rollout.engine_num):
         settings = engine_settings(rollout, config.model, engine_id=i)
+        if config.mode == "colocate":
+            from trinity.launcher.colocate import colocated_engine
+
+            settings = colocated_engine(settings)
         cpus, gpus = _actor_resources(settings)
         options = placement.engine_options(i) if placement is not None else None
         handles.append(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -29,9 +30,25 @@ from trinity.common.experience import Experience
 from trinity.common.models.utils import prompt_truncated_experiences
 from trinity.utils.log import get_logger
 
-__all__ = ["BaseRolloutEngine", "EngineSettings", "Sample", "load_tokenizer", "render_chat"]
+__all__ = [
+    "CALL_LOG_SIZE",
+    "BaseRolloutEngine",
+    "EngineAsleepError",
+    "EngineSettings",
+    "Sample",
+    "load_tokenizer",
+    "render_chat",
+]
 
 logger = get_logger(__name__)
+
+#: entries an engine keeps of its lifecycle calls (generate / sleep / update_weights / wake_up)
+CALL_LOG_SIZE = 10_000
+
+
+class EngineAsleepError(RuntimeError):
+    """A generation or scoring call reached an engine that is asleep (mode colocate): it
+    would run on released memory or on weights about to be replaced, so it is refused."""
 
 
 @dataclass
@@ -87,6 +104,11 @@ class EngineSettings:
     #: external engines: the server URL (``.../v1`` accepted) and the served model name
     base_url: Optional[str] = None
     served_model_name: Optional[str] = None
+    #: mode colocate: start vLLM with its sleep mode (CUDA only), so :meth:`sleep` frees memory
+    enable_sleep_mode: bool = False
+    #: fraction of each of its GPUs the engine's Ray actor reserves (mode colocate: the
+    #: trainer takes the rest, so one GPU holds both; see ``trinity.launcher.colocate``)
+    gpu_share: float = 1.0
 
     @property
     def display_name(self) -> str:
@@ -144,6 +166,11 @@ class BaseRolloutEngine:
         self.tokenizer = load_tokenizer(settings)
         self.model_version = 0
         self.api_address: Optional[str] = None
+        #: the sleep level while asleep (mode colocate), else ``None``
+        self.asleep: Optional[int] = None
+        #: ``(call, model version)`` of each generate / score / sleep / update_weights /
+        #: wake_up, in order: what mode colocate checks and reports (:meth:`take_call_log`)
+        self.call_log: deque[tuple[str, int]] = deque(maxlen=CALL_LOG_SIZE)
 
     # ------------------------------------------------------------------ primitives
     async def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
@@ -203,6 +230,51 @@ class BaseRolloutEngine:
     async def get_settings(self) -> EngineSettings:
         return self.settings
 
+    # ------------------------------------------------------------------ sleep (colocate)
+    async def sleep(self, level: int = 1) -> None:
+        """Release the device memory this engine holds until :meth:`wake_up` (mode colocate:
+        the trainer trains on the same device meanwhile). Level 1 keeps the weights in host
+        memory, level 2 drops them (new weights must be loaded before waking). Generation and
+        scoring are refused while asleep (:class:`EngineAsleepError`); :meth:`update_weights`
+        is allowed. What is freed depends on the backend (:meth:`_sleep`); the call is always
+        recorded in :attr:`call_log`. Sleeping again is a no-op."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level {level!r} is invalid; allowed: 1 or 2")
+        if self.asleep is None:
+            await self._sleep(level)
+            self.asleep = level
+        self.call_log.append(("sleep", self.model_version))
+
+    async def wake_up(self) -> None:
+        """Take the memory back and serve again (no-op when awake; always recorded)."""
+        if self.asleep is not None:
+            await self._wake_up()
+            self.asleep = None
+        self.call_log.append(("wake_up", self.model_version))
+
+    async def is_sleeping(self) -> bool:
+        return self.asleep is not None
+
+    async def take_call_log(self) -> list[tuple[str, int]]:
+        """The calls recorded since the last call, oldest first (and forget them)."""
+        out = list(self.call_log)
+        self.call_log.clear()
+        return out
+
+    async def _sleep(self, level: int) -> None:
+        """Backend part of :meth:`sleep`; the base frees nothing (engines without a device)."""
+
+    async def _wake_up(self) -> None:
+        """Backend part of :meth:`wake_up`."""
+
+    def _check_awake(self, call: str) -> None:
+        if self.asleep is not None:
+            raise EngineAsleepError(
+                f"{self.settings.display_name}: {call} while the engine is asleep (sleep level "
+                f"{self.asleep}); mode colocate wakes it after the weight update"
+            )
+        self.call_log.append((call, self.model_version))
+
     # ------------------------------------------------------------------ templates
     def apply_chat_template(
         self,
@@ -245,6 +317,7 @@ class BaseRolloutEngine:
         ids = [int(t) for t in tokens]
         if len(ids) < 2:
             raise ValueError(f"logprobs needs at least 2 tokens, got {len(ids)}")
+        self._check_awake("score")
         out = await self._score(ids, float(temperature) if temperature else 1.0)
         return out.to(torch.float32)
 
@@ -278,6 +351,7 @@ class BaseRolloutEngine:
     async def _experiences(self, prompt_ids: list[int], kwargs: dict[str, Any]) -> list[Experience]:
         if not prompt_ids:
             raise ValueError("the prompt must contain at least one token")
+        self._check_awake("generate")
         n = int(kwargs.get("n") or 1)
         limit = self.settings.max_prompt_tokens
         if limit is None and self.settings.max_model_len:
@@ -326,6 +400,7 @@ class BaseRolloutEngine:
         weights = state_dict if state_dict is not None else load_weights_file(path)  # type: ignore[arg-type]
         await self._load_weights(weights)
         self.model_version = int(version) if version is not None else self.model_version + 1
+        self.call_log.append(("update_weights", self.model_version))
         logger.info(
             "%s: weights updated to version %d", self.settings.display_name, self.model_version
         )

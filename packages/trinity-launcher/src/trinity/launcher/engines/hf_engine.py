@@ -170,6 +170,21 @@ class TransformersEngine(BaseRolloutEngine):
     async def _score(self, token_ids: list[int], temperature: float) -> Tensor:
         return await self._run(self._score_sync, token_ids, temperature)
 
+    # ------------------------------------------------------------------ sleep (colocate)
+    def _move_sync(self, device: torch.device) -> None:
+        self.model.to(device)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # give the freed blocks back for the trainer
+
+    async def _sleep(self, level: int) -> None:
+        """Move the model to host memory (both levels: a ``transformers`` model has no
+        separate cache to drop). On a CPU-only machine this frees nothing: the model is in
+        host memory already, and the call is only recorded."""
+        await self._run(self._move_sync, torch.device("cpu"))
+
+    async def _wake_up(self) -> None:
+        await self._run(self._move_sync, self.device)
+
     # ------------------------------------------------------------------ weights
     def _load_sync(self, weights: dict[str, Tensor]) -> None:
         state = self.model.state_dict()

@@ -148,6 +148,9 @@ class EngineSupervisor:
         self.env_vars = dict(env_vars or {})
         self.engine_options = list(engine_options or [None] * len(handles))
         self.latest: Optional[LatestWeights] = None
+        #: the sleep level the engines are at (mode colocate), ``None`` when awake: a
+        #: replacement is put to the same state
+        self.asleep: Optional[int] = None
         self.total_restarts = 0
         self._unreported = 0
 
@@ -197,24 +200,43 @@ class EngineSupervisor:
         """Load weights into every engine and record them; an engine found dead on the way is
         replaced (and the replacement loads these weights)."""
         self.record(version, state=state, path=path)
+        # until a push succeeds (see _each_one): a replacement started before this push may
+        # hold older weights, so the push goes to it too
+        kwargs = {"state_dict": state} if state is not None else {"path": path}
+        await self._each("update_weights", version=version, **kwargs)
 
-        async def one(index: int) -> None:
-            # until a push succeeds: a replacement started before this push may hold older
-            # weights, so the push goes to it too (the restart bound ends the loop)
-            while True:
-                handle = self.engines[index].handle
-                try:
-                    if state is not None:
-                        await handle.update_weights.remote(state_dict=state, version=version)
-                    else:
-                        await handle.update_weights.remote(path=path, version=version)
-                    return
-                except Exception as exc:
-                    if not is_engine_death(exc):
-                        raise
-                    await self.restart(index, handle, f"{type(exc).__name__}: {exc}")
+    # ------------------------------------------------------------------ sleep (colocate)
+    async def sleep(self, level: int) -> None:
+        """Put every engine to sleep (:meth:`BaseRolloutEngine.sleep`); a dead one is
+        replaced, and the replacement is put to sleep too."""
+        self.asleep = int(level)
+        await self._each("sleep", level)
 
-        await asyncio.gather(*(one(i) for i in range(len(self.engines))))
+    async def wake_up(self) -> None:
+        """Wake every engine (a dead one is replaced, and a replacement starts awake)."""
+        self.asleep = None
+        await self._each("wake_up")
+
+    async def take_call_logs(self) -> list[list[tuple[str, int]]]:
+        """Each engine's calls since the last time (``BaseRolloutEngine.take_call_log``)."""
+        return await self._each("take_call_log")
+
+    async def _each(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return await asyncio.gather(
+            *(self._each_one(i, method, *args, **kwargs) for i in range(len(self.engines)))
+        )
+
+    async def _each_one(self, index: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``method`` on engine ``index``; an engine found dead is replaced and the call goes
+        to the replacement (the restart bound ends the loop)."""
+        while True:
+            handle = self.engines[index].handle
+            try:
+                return await getattr(handle, method).remote(*args, **kwargs)
+            except Exception as exc:
+                if not is_engine_death(exc):
+                    raise
+                await self.restart(index, handle, f"{type(exc).__name__}: {exc}")
 
     async def _load_latest(self, handle: Any) -> None:
         latest = self.latest
@@ -257,6 +279,8 @@ class EngineSupervisor:
             try:
                 await asyncio.wait_for(_await(handle.ready.remote()), START_TIMEOUT)
                 await self._load_latest(handle)
+                if self.asleep is not None:  # colocate: the others sleep, so does it
+                    await handle.sleep.remote(self.asleep)
             except BaseException:
                 await _stop(handle)
                 raise

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import deque
 from typing import Any, Optional, Sequence
 
 from torch import Tensor
 
 from trinity.common.experience import Experience
 from trinity.common.models.testing import FakeModelWrapper
-from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings
+from trinity.launcher.engines.base import CALL_LOG_SIZE, BaseRolloutEngine, EngineSettings
 
 __all__ = ["FakeEngine"]
 
@@ -43,6 +44,8 @@ class FakeEngine(BaseRolloutEngine):
         self.tokenizer = self.fake.tokenizer
         self.model_version = 0
         self.api_address: Optional[str] = None
+        self.asleep: Optional[int] = None
+        self.call_log: deque[tuple[str, int]] = deque(maxlen=CALL_LOG_SIZE)
 
         self._calls = 0
 
@@ -66,11 +69,13 @@ class FakeEngine(BaseRolloutEngine):
 
     async def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[Experience]:
         self._maybe_die()
+        self._check_awake("generate")
         self.fake.model_version = self.model_version
         return await self.fake.chat_async(messages, **kwargs)
 
     async def generate(self, prompt: str, **kwargs: Any) -> list[Experience]:
         self._maybe_die()
+        self._check_awake("generate")
         self.fake.model_version = self.model_version
         return await self.fake.generate_async([prompt], **kwargs)
 

@@ -76,6 +76,8 @@ class VLLMEngine(BaseRolloutEngine):
         self.llm: Any = None
         self._server_task: Optional[asyncio.Task] = None
         self._start_task: Optional[asyncio.Task] = None
+        #: asleep, but the weights woken for an update (``wake_up`` then wakes the KV cache)
+        self._weights_awake = False
 
     # ------------------------------------------------------------------ lifecycle
     def engine_args(self) -> Any:
@@ -105,6 +107,8 @@ class VLLMEngine(BaseRolloutEngine):
             kwargs["enforce_eager"] = True
             kwargs["kv_cache_memory_bytes"] = _CPU_KV_CACHE_BYTES
             kwargs["tensor_parallel_size"] = 1
+        elif s.enable_sleep_mode:  # mode colocate (vLLM's CPU backend has no sleep mode)
+            kwargs["enable_sleep_mode"] = True
         kwargs.update(extra)
         return AsyncEngineArgs(**{k: v for k, v in kwargs.items() if v is not None})
 
@@ -258,11 +262,39 @@ class VLLMEngine(BaseRolloutEngine):
             values.append(float(row[t].logprob / temperature - torch.logsumexp(scaled, 0)))
         return torch.tensor(values)
 
+    # ------------------------------------------------------------------ sleep (colocate)
+    def _sleep_mode(self) -> bool:
+        """Whether vLLM's sleep mode is on: CUDA and ``enable_sleep_mode`` (mode colocate).
+        vLLM's CPU backend has none: there :meth:`sleep` and :meth:`wake_up` are recorded
+        but free nothing (the KV cache and weights stay in host memory)."""
+        return bool(self.settings.enable_sleep_mode) and not on_cpu()
+
+    async def _sleep(self, level: int) -> None:
+        """vLLM's sleep mode: level 1 frees the KV cache and offloads the weights to host
+        memory; level 2 drops the weights too. Unfinished requests are aborted (colocate
+        sleeps only between steps, when none is in flight)."""
+        await self.start()
+        self._weights_awake = False
+        if self._sleep_mode():
+            await self.llm.reset_prefix_cache()
+            await self.llm.sleep(level)
+
+    async def _wake_up(self) -> None:
+        if self._sleep_mode():
+            # after a weight update while asleep the weights are awake already: the rest
+            await self.llm.wake_up(tags=["kv_cache"] if self._weights_awake else None)
+        self._weights_awake = False
+
     # ------------------------------------------------------------------ weights
     async def _load_weights(self, weights: dict[str, Tensor]) -> None:
         from safetensors.torch import save_file
 
         await self.start()
+        if self.asleep is not None and self._sleep_mode() and not self._weights_awake:
+            # the weights' memory must be mapped to be written (verl's order: weights, load,
+            # then the KV cache at wake-up)
+            await self.llm.wake_up(tags=["weights"])
+            self._weights_awake = True
         weights = _with_tied_head(weights, self.llm.model_config.hf_config)
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         fd, path = tempfile.mkstemp(prefix="trinity-weights-", suffix=".safetensors", dir=shm)

@@ -107,10 +107,18 @@ def _remote_engines(
             VerlCriticEngine.from_config, config, total_training_steps=total_steps or -1
         )
     device = settings.resolved_device
+    from trinity.launcher.colocate import trainer_rank_gpus
+
     rank_options = (
         placement.trainer_options if placement is not None and placement.plan.trainer else None
     )
-    group = TrainerWorkerGroup(world_size, builders, device, rank_options=rank_options)
+    group = TrainerWorkerGroup(
+        world_size,
+        builders,
+        device,
+        rank_options=rank_options,
+        gpus_per_rank=trainer_rank_gpus(config),
+    )
     # verl's loader, as the engines' HFModelConfig uses (a missing pad token becomes EOS)
     tokenizer = hf_tokenizer(
         settings.tokenizer_path or settings.model_path,

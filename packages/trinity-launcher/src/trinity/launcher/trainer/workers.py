@@ -260,6 +260,8 @@ class TrainerWorkerGroup:
         rank_options: ``rank -> Ray actor options`` overriding the device's defaults (the
             rank's placement-group bundle, :meth:`~trinity.launcher.placement.Placement.
             trainer_options`).
+        gpus_per_rank: the GPU share each worker reserves (half in mode colocate, where a
+            rollout engine holds the other half: :func:`trinity.launcher.colocate.ray_resources`).
     """
 
     def __init__(
@@ -270,6 +272,7 @@ class TrainerWorkerGroup:
         threads: Optional[int] = None,
         env_vars: Optional[Mapping[str, str]] = None,
         rank_options: Optional[Callable[[int], dict[str, Any]]] = None,
+        gpus_per_rank: float = 1.0,
     ) -> None:
         import ray
 
@@ -278,7 +281,7 @@ class TrainerWorkerGroup:
         self.world_size = world_size
         self.device = device
         options: dict[str, Any] = (
-            {"num_gpus": 1, "num_cpus": 0} if device == "cuda" else {"num_cpus": 0}
+            {"num_gpus": gpus_per_rank, "num_cpus": 0} if device == "cuda" else {"num_cpus": 0}
         )
         if env_vars:
             options["runtime_env"] = {"env_vars": dict(env_vars)}

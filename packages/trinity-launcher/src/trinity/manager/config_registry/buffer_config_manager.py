@@ -19,11 +19,11 @@ from trinity.manager.config_registry.config_registry import CONFIG_GENERATORS
 
 def explores() -> bool:
     """Whether the run has an explorer (and so a task set)."""
-    return st.session_state["mode"] in ("both", "explore", "bench") and not is_offline()
+    return st.session_state["mode"] in ("both", "colocate", "explore", "bench") and not is_offline()
 
 
 def trains_online() -> bool:
-    return st.session_state["mode"] in ("both", "train") and not is_offline()
+    return st.session_state["mode"] in ("both", "colocate", "train") and not is_offline()
 
 
 @CONFIG_GENERATORS.register_config(default_value=20, config_path="buffer.total_epochs")
@@ -182,7 +182,7 @@ def delete_eval_taskset(idx: int) -> None:
 
 @CONFIG_GENERATORS.register_config(
     other_configs={"_eval_tasksets_num": 0},
-    visible=lambda: st.session_state["mode"] in ("both", "explore", "bench"),
+    visible=lambda: st.session_state["mode"] in ("both", "colocate", "explore", "bench"),
 )
 def set_eval_tasksets(**kwargs):
     st.button("Add Eval Taskset", on_click=add_eval_taskset, key="_add_eval_taskset")

@@ -132,7 +132,7 @@ def set_reasoning_parser(**kwargs):
 
 
 def _synchronizes() -> bool:
-    return st.session_state["mode"] == "both"
+    return st.session_state["mode"] in ("both", "colocate")
 
 
 @CONFIG_GENERATORS.register_config(

@@ -19,9 +19,10 @@ def set_total_gpu_num() -> None:
 
 
 def set_trainer_gpu_num() -> None:
-    """GPUs left to the trainer: all of them in ``train`` mode, else what the engines leave."""
+    """GPUs left to the trainer: all of them in ``train`` mode (and in ``colocate``, where it
+    takes turns with the engines on every GPU), else what the engines leave."""
     total = st.session_state["gpu_per_node"] * st.session_state["node_num"]
-    if st.session_state["mode"] == "train":
+    if st.session_state["mode"] in ("train", "colocate"):
         st.session_state["trainer_gpu_num"] = total
     else:
         rollout = st.session_state["engine_num"] * st.session_state["tensor_parallel_size"]
@@ -33,8 +34,10 @@ def set_mode(**kwargs):
     st.selectbox(
         "Mode",
         list(literal_values(RunMode)),
-        help="`both`: explore and train together; `train`: train on a data set or buffer; "
-        "`explore`: only generate experiences; `bench`: only evaluate.",
+        help="`both`: explore and train together on separate GPUs; `colocate`: explore and "
+        "train in turns on the same GPU(s) (one GPU is enough; synchronous, sync_offset 0); "
+        "`train`: train on a data set or buffer; `explore`: only generate experiences; "
+        "`bench`: only evaluate.",
         on_change=set_trainer_gpu_num,
         **kwargs,
     )

@@ -11,7 +11,7 @@ from trinity.manager.config_registry.config_registry import CONFIG_GENERATORS
 
 
 def trains() -> bool:
-    return st.session_state["mode"] in ("both", "train")
+    return st.session_state["mode"] in ("both", "colocate", "train")
 
 
 def _entry(key, default, visible=trains, path=None):
