@@ -32,7 +32,7 @@ def _run(times, rewards):
 
 def test_summary_reads_startup_step_time_and_time_to_target():
     times = [10.0, 11.0, 11.5, 12.0, 12.5, 13.0, 13.5, 14.0]
-    rewards = [0.0, 0.1, 0.5, 0.9, 0.9, 0.9, 0.9, 0.9]
+    rewards = [0.0, 0.1, 0.2, 0.9, 0.9, 0.9, 0.9, 0.9]
     s = trl_compare.summarize(_run(times, rewards))
     assert s["startup_s"] == 10.0  # launch to the end of step 1
     assert s["s_per_step"] == 0.5  # median gap from step 3 on (the first gap is warm-up)
