@@ -35,8 +35,8 @@ real tokens: one sequence per call (no padding at all), length-sorted chunks of 
 to their longest, and packed micro-batches of Trinity's token budget. Target: Trinity's step
 within 1.2x of that.
 
-Writes ``results.json``, ``curves.json`` and ``curves.png`` (reward against step and against
-wall time) into ``--out``. A measurement, not a test: the exit status is 1 only when a side
+Writes ``results.json``, ``curves.json``, ``curves.png`` (reward against step) and
+``curves_time.png`` (against wall time) into ``--out``. A measurement, not a test: the exit status is 1 only when a side
 failed to run.
 """
 
@@ -398,25 +398,20 @@ def train_step_check(
 # ---------------------------------------------------------------------------------- main
 
 
-def plot(curves: dict[str, dict[str, Any]], path: Path) -> None:
-    """Reward against step and against wall time, one line per config and side."""
-    import matplotlib
+def plot(curves: dict[str, dict[str, Any]], out: Path) -> None:
+    """Reward against step (``curves.png``) and against wall time since launch
+    (``curves_time.png``), one line per config and side (``trinity.launcher.plot``)."""
+    from trinity.launcher.plot import plot_curves
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def points(run: dict[str, Any], x: str) -> list[tuple[float, float]]:
+        return [(s[x], float(s["reward"])) for s in run["steps"]]
 
-    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4))
-    for label, run in curves.items():
-        steps = [s["step"] for s in run["steps"]]
-        rewards = [s["reward"] for s in run["steps"]]
-        by_step.plot(steps, rewards, label=label, linewidth=1)
-        by_time.plot([s["t"] for s in run["steps"]], rewards, label=label, linewidth=1)
-    by_step.set(xlabel="step", ylabel="mean reward of the step's samples")
-    by_time.set(xlabel="seconds since launch", ylabel="mean reward")
-    by_step.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    plot_curves({k: points(r, "step") for k, r in curves.items()}, str(out / "curves.png"))
+    plot_curves(
+        {k: points(r, "t") for k, r in curves.items()},
+        str(out / "curves_time.png"),
+        xlabel="seconds since launch",
+    )
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -490,7 +485,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "curves.json").write_text(json.dumps(curves))
     if curves:
-        plot(curves, out / "curves.png")
+        plot(curves, out)
     print()
     for name, entry in results["configs"].items():
         print(f"== {name} ({entry['steps']} steps)")
