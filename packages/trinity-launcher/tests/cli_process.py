@@ -39,3 +39,27 @@ def run_to_end(config, log, timeout: float = 600) -> str:
     out = log.read_text()
     assert proc.returncode == 0, out[-6000:]
     return out
+
+
+def kill_when(config, log, ready, timeout: float = 600):
+    """:func:`spawn_cli`, then SIGKILL its whole process group (Ray's processes too) as soon
+    as ``ready()`` is true (polled every 20 ms, at most ``timeout`` s); assert it died of the
+    kill, not on its own; return its output."""
+    import os
+    import shutil
+    import signal
+    import time
+
+    proc, ray_tmp = spawn_cli(config, log)
+    try:
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and not ready() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    out = log.read_text()
+    assert proc.returncode == -signal.SIGKILL, out[-4000:]
+    return out

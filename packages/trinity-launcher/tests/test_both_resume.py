@@ -12,17 +12,12 @@ else are refused before anything starts.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_process import kill_when
 from cli_process import run_to_end as run_cli_to_end
-from cli_process import spawn_cli
 
 pytest.importorskip("verl")
 pytest.importorskip("ray")
@@ -68,10 +63,6 @@ def job_dir(tmp_path: Path, name: str) -> Path:
     return tmp_path / "ckpt" / "resume" / name
 
 
-def launch(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    return spawn_cli(config, log)
-
-
 def run_to_end(config: Path, log: Path) -> str:
     out = run_cli_to_end(config, log)
     assert "Mode both finished" in out
@@ -93,17 +84,7 @@ def test_killed_run_resumes_without_losing_or_repeating_experiences(tmp_path, wr
     config = write_config("killed")
     run = job_dir(tmp_path, "killed")
     latest = run / "latest_checkpointed_iteration.txt"
-    proc, ray_tmp = launch(config, tmp_path / "killed.log")
-    try:
-        deadline = time.monotonic() + 600
-        while proc.poll() is None and not latest.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    out = (tmp_path / "killed.log").read_text()
-    assert proc.returncode == -signal.SIGKILL, out[-4000:]
+    out = kill_when(config, tmp_path / "killed.log", latest.exists)
     ckpt = int(latest.read_text())
     assert 2 <= ckpt < STEPS, f"killed at checkpoint {ckpt}, not mid-run"
 

@@ -16,12 +16,9 @@ import importlib.util
 import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -169,7 +166,7 @@ def test_colocate_quickstart_learns_taking_turns_and_resumes_after_a_kill(tmp_pa
     weights."""
     _needs("vllm")
     _needs("verl")
-    from cli_process import run_to_end, spawn_cli
+    from cli_process import kill_when, run_to_end
 
     model = tmp_path / "tiny-model"
     subprocess.run(
@@ -190,16 +187,7 @@ def test_colocate_quickstart_learns_taking_turns_and_resumes_after_a_kill(tmp_pa
     run = tmp_path / "ckpt" / "trinity-quickstart" / "cpu" / "grpo-arithmetic"
     latest = run / "latest_checkpointed_iteration.txt"
 
-    proc, ray_tmp = spawn_cli(path, tmp_path / "killed.log")
-    try:
-        deadline = time.monotonic() + 900
-        while proc.poll() is None and not latest.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert proc.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-4000:]
+    kill_when(path, tmp_path / "killed.log", latest.exists, timeout=900)
     ckpt = int(latest.read_text())
     assert 10 <= ckpt < 50, f"killed at checkpoint {ckpt}, not mid-run"
 

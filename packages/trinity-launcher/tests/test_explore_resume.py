@@ -7,19 +7,14 @@ writes them, and ``metrics.jsonl`` holds every step once. A run that may not res
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import signal
 import sqlite3
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_process import kill_when
 from cli_process import run_to_end as run_cli_to_end
-from cli_process import spawn_cli
 
 pytest.importorskip("ray")
 
@@ -74,10 +69,6 @@ def explore_config(tmp_path, model_path, arithmetic_tasks):
     return write
 
 
-def launch(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    return spawn_cli(config, log)
-
-
 def run_to_end(config: Path, log: Path) -> str:
     return run_cli_to_end(config, log)
 
@@ -116,18 +107,11 @@ def test_a_killed_explore_run_resumes_without_doubling_its_output(tmp_path, expl
     run = tmp_path / "ckpt" / "resume" / "killed"
     kill_after = random.randint(2, STEPS - 2)  # a random step: every one must resume
     state_file = run / "explorer" / "explore_state.json"
-    proc, ray_tmp = launch(config, tmp_path / "killed.log")
-    try:
-        deadline = time.monotonic() + 600
-        while proc.poll() is None and time.monotonic() < deadline:
-            if state_file.exists() and json.loads(state_file.read_text())["step"] >= kill_after:
-                break
-            time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert proc.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-4000:]
+
+    def reached() -> bool:  # the state file is written atomically (write, then rename)
+        return state_file.exists() and json.loads(state_file.read_text())["step"] >= kill_after
+
+    kill_when(config, tmp_path / "killed.log", reached)
     killed_at = json.loads(state_file.read_text())["step"]
     assert kill_after <= killed_at < STEPS, (kill_after, killed_at)
     # the killed run may have written the rows of a step it did not finish recording
