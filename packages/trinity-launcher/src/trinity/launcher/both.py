@@ -69,6 +69,7 @@ from trinity.launcher.both_checkpoint import (  # noqa: F401 - re-exported
     write_explorer_checkpoint,
 )
 from trinity.launcher.resume import changed_settings, truncate_metrics
+from trinity.launcher.synchronizer import Synchronizer  # noqa: F401 - re-exported
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -120,126 +121,6 @@ class StepMerger:
 
     def close(self) -> None:  # the explorer closes its monitor at shutdown: keep the sink open
         pass
-
-
-class Synchronizer:
-    """Moves the trainer's weights into every rollout engine as model version ``N``.
-
-    ``memory``: the full state dict through Ray's object store (from the trainer's rank-0
-    worker straight to the engines when the trainer has Ray workers); ``checkpoint``: HF
-    weights written by the trainer, read by the engines; ``nccl``: a broadcast over a
-    collective group of the trainer's rank 0 and the engines (:mod:`trinity.launcher.weight_sync`;
-    NCCL on CUDA, gloo where ``backend`` says so -- the tests).
-    """
-
-    def __init__(
-        self, config: Config, explorer: Any, engine: Any, backend: Optional[str] = None
-    ) -> None:
-        self.config = config
-        self.explorer = explorer
-        self.engine = engine
-        self.method = config.synchronizer.sync_method
-        self.timeout = float(config.synchronizer.sync_timeout)
-        if backend is None:
-            import torch
-
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-        self.backend = backend
-        self._group: Any = None
-        #: seconds the last push spent exporting the trainer's weights (state dict into Ray's
-        #: object store, HF files, or the broadcast's send); the rest of ``push`` is loading
-        self.last_export_s = 0.0
-
-    async def push(self, version: int) -> float:
-        """Synchronise version ``version``; returns the seconds it took."""
-        start = time.perf_counter()
-        handles = list(self.explorer.rollout_engines or [])
-        supervisor = getattr(self.explorer, "supervisor", None)
-        if self.method == "nccl" and supervisor is not None and supervisor.total_restarts:
-            # a replaced engine is not a member of the collective group: memory from now on
-            logger.warning(
-                "synchronizer.sync_method 'nccl': a rollout engine was restarted and is not in "
-                "the weight broadcast group; weights go through Ray's object store from now on"
-            )
-            self.method = "memory"
-        if self.method == "checkpoint":
-            path = os.path.join(
-                self.config.checkpoint_job_dir,
-                f"global_step_{version}",
-                "actor",
-                "huggingface",
-            )
-            await asyncio.to_thread(self.engine.save_hf, path)
-            self.last_export_s = time.perf_counter() - start
-            await asyncio.wait_for(self.explorer.load_weights(path, version), self.timeout)
-        elif self.method == "nccl" and not await self._nccl_possible(handles):
-            self.method = "memory"
-            return await self.push(version)
-        elif self.method == "nccl":
-            from trinity.launcher.weight_sync import WeightGroupSpec, broadcast_to_engines
-
-            if self._group is None:
-                host, port = await asyncio.to_thread(self.engine.weight_sync_address)
-                self._group = WeightGroupSpec(
-                    host, port, 1 + len(handles), self.backend, timeout_s=self.timeout
-                )
-                logger.info(
-                    "Weight sync: %s group of the trainer and %d rollout engine(s) at %s:%d",
-                    self.backend,
-                    len(handles),
-                    host,
-                    port,
-                )
-            await broadcast_to_engines(self.engine, handles, self._group, version, self.timeout)
-            if supervisor is not None:  # a replaced engine gets the weights as a state dict
-                supervisor.record(version, provider=self._state_ref)
-        else:
-            state = await self._state_ref()
-            self.last_export_s = time.perf_counter() - start
-            if supervisor is not None:  # records the ref: a replaced engine loads it too
-                await asyncio.wait_for(
-                    self.explorer.load_weights(None, version, state_dict=state), self.timeout
-                )
-            else:
-                await asyncio.wait_for(
-                    asyncio.gather(
-                        *(
-                            h.update_weights.remote(state_dict=state, version=version)
-                            for h in handles
-                        )
-                    ),
-                    timeout=self.timeout,
-                )
-        return time.perf_counter() - start
-
-    async def _state_ref(self) -> Any:
-        """The trainer's state dict in Ray's object store."""
-        import ray
-
-        if hasattr(self.engine, "state_dict_ref"):  # trainer ranks are Ray workers
-            return await asyncio.to_thread(self.engine.state_dict_ref)
-        return ray.put(await asyncio.to_thread(self.engine.state_dict))
-
-    async def _nccl_possible(self, handles: list[Any]) -> bool:
-        """NCCL needs the trainer's rank 0 and every engine on different GPUs; where one shares
-        a GPU (one GPU for everything), fall back to ``memory`` with a warning."""
-        if self.backend != "nccl" or self._group is not None:
-            return True
-        from trinity.launcher.weight_sync import shared_gpus
-
-        trainer = await asyncio.to_thread(self.engine.gpu_placement)
-        engines = await asyncio.gather(*(h.gpu_placement.remote() for h in handles))
-        shared = shared_gpus(trainer, list(engines))
-        if shared:
-            logger.warning(
-                "synchronizer.sync_method 'nccl': rollout engine(s) %s share GPU %s with the "
-                "trainer, and NCCL cannot connect two ranks on one GPU; weights go through "
-                "Ray's object store ('memory') instead",
-                shared,
-                ", ".join(trainer[1]),
-            )
-            return False
-        return True
 
 
 async def run_both_async(
