@@ -324,7 +324,17 @@ async def run_both_async(
                 start = time.perf_counter()
                 try:
                     exps, sample_metrics = await asyncio.to_thread(trainer.sample)
-                except (EndOfStream, EndOfData, StopAsyncIteration):  # data used up
+                except (EndOfStream, EndOfData, StopAsyncIteration) as exc:  # data used up
+                    if total is not None and trainer.global_step < total:
+                        # said, not silent: a run that ends early names the data that ran out
+                        logger.warning(
+                            "training ends after %d of %d steps: the trainer's data ran out "
+                            "(%s: %s)",
+                            trainer.global_step,
+                            total,
+                            type(exc).__name__,
+                            exc,
+                        )
                     break
                 ledger.consume(exps)
                 ids = experience_ids(exps)
