@@ -3,6 +3,7 @@ engine actor."""
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -11,6 +12,13 @@ import pytest
 
 # the tests import small helper modules of this directory (cli_process)
 sys.path.insert(0, str(Path(__file__).parent))
+
+# Ray 2.60 turns token auth on the first time a process starts a local cluster with
+# RAY_AUTH_MODE unset, and that choice sticks in the process's cached RayConfig: a later
+# connection from the same pytest process to a cluster started without a token (the two-node
+# test's ``ray start``) is refused with "InvalidAuthToken". The tests' clusters are local and
+# short-lived, so they all run without token auth; an explicit setting from outside wins.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 @pytest.fixture(scope="module")

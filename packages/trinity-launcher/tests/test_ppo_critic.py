@@ -135,6 +135,9 @@ def test_critic_step_does_not_depend_on_micro_batching(model_path, batch):
         metrics = critic.update(batch, values, returns)
         results.append((metrics, critic.compute_values(batch)))
     (whole, v_whole), *others = results
+    # the critic's own counts, not the actor's train/* names
+    assert [m["critic/micro_batches"] for m, _ in results[:2]] == [1.0, 5.0]
+    assert "train/micro_batches" not in whole and "time/critic/forward_backward" in whole
     for metrics, values in others:
         assert metrics["critic/grad_norm"] == pytest.approx(whole["critic/grad_norm"], rel=1e-5)
         assert metrics["critic/vf_loss"] == pytest.approx(whole["critic/vf_loss"], rel=1e-5)

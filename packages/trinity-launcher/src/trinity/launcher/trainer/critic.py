@@ -292,7 +292,9 @@ class VerlCriticEngine(VerlTrainEngine):
         )
         lr = self.lr
         started = time.perf_counter()
-        grad_norm, metrics = self._train_batch(td, _MicroBatchValueLoss(loss_fn, self.dp_size))
+        grad_norm, raw = self._train_batch(td, _MicroBatchValueLoss(loss_fn, self.dp_size))
+        # the shared step timings/counts get critic names, so the actor's step keeps its own
+        metrics = {_critic_key(k): v for k, v in raw.items()}
         metrics.update(
             {
                 "critic/grad_norm": grad_norm,
@@ -333,6 +335,15 @@ class VerlCriticEngine(VerlTrainEngine):
         return path
 
 
+def _critic_key(name: str) -> str:
+    """``time/train/x`` -> ``time/critic/x``, ``train/micro_batches`` -> ``critic/micro_batches``."""
+    if name.startswith("time/train/"):
+        return "time/critic/" + name.removeprefix("time/train/")
+    if name == "train/micro_batches":
+        return "critic/micro_batches"
+    return name
+
+
 class _MicroBatchValueLoss:
     """The ``loss_function`` verl's value engine calls per micro-batch.
 
@@ -346,6 +357,8 @@ class _MicroBatchValueLoss:
     def __init__(self, value_loss: ValueLossFn, dp_size: int) -> None:
         self.value_loss = value_loss
         self.dp_size = dp_size
+        #: micro-batches this callback has seen (the update's ``critic/micro_batches``)
+        self.calls = 0
 
     def __call__(
         self, model_output: Mapping[str, Tensor], data: Any, dp_group: Any = None
@@ -355,6 +368,7 @@ class _MicroBatchValueLoss:
 
         from trinity.algorithm.utils import masked_mean
 
+        self.calls += 1
         vpreds = no_padding_2_padding(model_output["values"], data)  # [b, R]
         mask = data["action_mask"]
         num_tokens = float(tu.get_non_tensor_data(data, _NUM_TOKENS, 0.0))
