@@ -376,10 +376,6 @@ def test_bench_mode_evaluates_the_model_then_each_checkpoint(tmp_path, engine, p
 
 
 @pytest.mark.slow
-@pytest.mark.skip(
-    reason="hangs since placement groups (issue 25) met injected fake engines: the CLI's explore "
-    "run waits on a bundle the fake engines never take; to fix next (session note)"
-)
 def test_the_command_line_runs_explore_mode(tmp_path, engine, plugin_dir, monkeypatch, capsys):
     """``trinity-launch`` in-process with this module's Ray: plugin loading, config checks,
     the explorer and the engines it starts (a fake engine stands in for the model)."""
@@ -390,7 +386,12 @@ def test_the_command_line_runs_explore_mode(tmp_path, engine, plugin_dir, monkey
     started = []
 
     def fake_rollout_engines(config, env_vars=None, placement=None):
-        handle = create_engine_actor(EngineSettings(model_path="m", engine_type="fake"))
+        # in the run's engine bundle, as the real engines are (this module's Ray has 2 CPUs,
+        # one held by the ``engine`` fixture: a second 1-CPU actor outside would never start)
+        assert placement is not None
+        handle = create_engine_actor(
+            EngineSettings(model_path="m", engine_type="fake"), options=placement.engine_options(0)
+        )
         started.append(handle)
         return [handle]
 
