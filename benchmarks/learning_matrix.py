@@ -148,6 +148,8 @@ TYPES: dict[str, TypeSpec] = {
                     "auxiliary_buffers": {
                         "sft_dataset": {
                             "storage_type": "file",
+                            "schema_type": "sft",  # rows to format, not experiences
+                            "total_epochs": 1000,  # 44 rows, 128 a step: read them again
                             "path": str(DATA / "arithmetic_sft"),
                             "split": "train",
                             "format": _SFT_FORMAT,
@@ -160,7 +162,7 @@ TYPES: dict[str, TypeSpec] = {
         "set's 44 training problems) and `buffer.train_batch_size` 256 (half expert rows)",
     ),
     "multi_step_grpo": TypeSpec(
-        60,
+        150,
         45,
         overrides={
             # a multi-turn task: two questions per episode, one experience per turn

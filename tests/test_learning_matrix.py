@@ -59,25 +59,7 @@ def test_every_registered_type_is_in_the_matrix():
     assert sorted(ALGORITHM_TYPE.list()) == sorted(lm.TYPES)
 
 
-#: Known not to learn yet, each with its bug (docs/learning.md): a strict xfail, so the test
-#: turns red the day the type learns and the mark must go; a run that fails to run still fails.
-KNOWN_BROKEN = {
-    "mix": "the run stops after one explore step without a train step (docs/learning.md)",
-}
-
-
-@pytest.mark.parametrize(
-    "algorithm_type",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=KNOWN_BROKEN[name]),
-        )
-        if name in KNOWN_BROKEN
-        else name
-        for name in lm.TYPES
-    ],
-)
+@pytest.mark.parametrize("algorithm_type", list(lm.TYPES))
 def test_type_learns(algorithm_type, matrix):
     out, model, address = matrix
     result = lm.run_type(algorithm_type, out, model, ci=True, ray_address=address)

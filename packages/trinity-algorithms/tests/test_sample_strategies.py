@@ -309,6 +309,23 @@ def test_mix_splits_the_batch_and_flags_expert_rows():
     assert torch.equal(collated.custom_fields["step"], torch.full((8,), 7, dtype=torch.int32))
 
 
+def test_mix_expert_rows_get_every_rollout_field_the_rl_rows_carry():
+    """GRPO's explorer-side advantages also set ``returns``: expert rows need zeros there too,
+    or the batch does not collate ("returns is set on 128 of 256 experiences")."""
+    strategy, usual, _ = _mix(0.5, 4)
+    for e in usual.exps:
+        e.returns = e.advantages.clone()
+    batch, _ = sample(strategy, 1)
+    for e in batch[2:]:
+        torch.testing.assert_close(e.returns, torch.zeros(2))
+    collated = collate_experiences(batch)
+    assert collated.returns is not None and collated.returns.shape[0] == 4
+    # rows without returns stay without them
+    strategy, _, _ = _mix(0.5, 4)
+    batch, _ = sample(strategy, 1)
+    assert all(e.returns is None for e in batch)
+
+
 def test_mix_batch_feeds_the_mix_policy_loss():
     strategy, _, _ = _mix(0.5, 4)
     batch, _ = sample(strategy, 1)

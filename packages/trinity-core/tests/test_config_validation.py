@@ -279,6 +279,47 @@ def test_a_missing_local_input_is_refused_at_run_level_only() -> None:
     load_config(hub, check=True)
 
 
+def test_an_auxiliary_data_set_of_rows_needs_its_schema_type(tmp_path: Path) -> None:
+    """mix's expert rows as a data set directory: without ``schema_type: sft`` the trainer
+    would read them as a file of serialized experiences, find none, and stop the run with
+    "storage is exhausted" at its first step."""
+    rows = tmp_path / "sft"
+    rows.mkdir()
+    (rows / "train.jsonl").write_text('{"question": "1+1=", "answer": "2"}\n', encoding="utf-8")
+    aux = {"storage_type": "file", "path": str(rows), "split": "train"}
+
+    def config(**extra: Any) -> dict[str, Any]:
+        return runnable(
+            buffer={
+                "batch_size": 4,
+                "explorer_input": {"taskset": {"path": HERE}},
+                "trainer_input": {"auxiliary_buffers": {"sft_dataset": {**aux, **extra}}},
+            }
+        )
+
+    issue = issue_at(
+        error_of(config(), check=True),
+        "buffer.trainer_input.auxiliary_buffers.sft_dataset.schema_type",
+    )
+    assert str(rows) in issue.message and "train.jsonl" in issue.message
+    assert "'sft'" in issue.message
+    # the same rows as a single jsonl file
+    issue = issue_at(
+        error_of(config(path=str(rows / "train.jsonl")), check=True),
+        "buffer.trainer_input.auxiliary_buffers.sft_dataset.schema_type",
+    )
+    assert "['answer', 'question']" in issue.message
+    checked = load_config(config(schema_type="sft"), check=True)
+    aux_cfg = checked.buffer.trainer_input.auxiliary_buffers["sft_dataset"]
+    # read for buffer.total_epochs unless it sets its own
+    assert aux_cfg.total_epochs == checked.buffer.total_epochs
+    checked = load_config(config(schema_type="sft", total_epochs=7), check=True)
+    assert checked.buffer.trainer_input.auxiliary_buffers["sft_dataset"].total_epochs == 7
+    # an experience file a run wrote (lines with "exp") is what schema_type unset means
+    (tmp_path / "exps.jsonl").write_text('{"exp": "AAAA", "eid": "x"}\n', encoding="utf-8")
+    load_config(config(path=str(tmp_path / "exps.jsonl")), check=True)
+
+
 def test_a_chat_template_file_must_be_readable(tmp_path: Path) -> None:
     data = runnable(model={"chat_template_path": str(tmp_path / "missing.jinja")})
     issue = issue_at(error_of(data, check=True), "model.chat_template_path")

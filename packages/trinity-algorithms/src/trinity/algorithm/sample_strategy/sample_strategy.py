@@ -394,6 +394,10 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
         return {"max_staleness": None, "drop_unversioned": False, "max_read_attempts": 64}
 
 
+#: Per-token fields of a rollout that expert rows lack (``mix`` zero-fills them).
+_ROLLOUT_FIELDS = ("logprobs", "advantages", "returns")
+
+
 @SAMPLE_STRATEGY.register_module("mix")
 class MixSampleStrategy(SampleStrategy):
     """Expert (SFT) rows and RL rows in one batch, expert rows flagged.
@@ -403,8 +407,8 @@ class MixSampleStrategy(SampleStrategy):
     ``info["is_expert"]`` (bool) and ``info["step"]``, and the custom fields
     :data:`EXPERT_CUSTOM_FIELDS`, so the collated batch carries ``expert_mask`` /
     ``is_expert_mask`` for the ``mix`` policy loss. Expert rows lack rollout data; they get
-    ``reward`` 0 and zero ``logprobs`` / ``advantages`` where the RL rows have those fields
-    (collation needs a field on all rows or none).
+    ``reward`` 0 and zero ``logprobs`` / ``advantages`` / ``returns`` where the RL rows have
+    those fields (collation needs a field on all rows or none).
 
     Args:
         expert_data_ratio: share of expert rows, in ``[0, 1]``.
@@ -466,17 +470,21 @@ class MixSampleStrategy(SampleStrategy):
             expert = await _read(self.get_reader(self.sft_dataset_name), self.expert_batch_size)
         for exp in usual:
             self._mark(exp, False, step)
-        fill_logprobs = not usual or any(e.logprobs is not None for e in usual)
-        fill_advantages = not usual or any(e.advantages is not None for e in usual)
+        # the per-token rollout fields the RL rows carry (advantages and returns when the
+        # explorer computed them), zero on the expert rows: collation needs all rows or none
+        fill = [
+            name
+            for name in _ROLLOUT_FIELDS
+            if (not usual and name != "returns") or any(getattr(e, name) is not None for e in usual)
+        ]
         for exp in expert:
             self._mark(exp, True, step)
             n_resp = exp.response_length
             if exp.reward is None:
                 exp.reward = 0.0
-            if fill_logprobs and exp.logprobs is None:
-                exp.logprobs = torch.zeros(n_resp, dtype=torch.float32)
-            if fill_advantages and exp.advantages is None:
-                exp.advantages = torch.zeros(n_resp, dtype=torch.float32)
+            for name in fill:
+                if getattr(exp, name) is None:
+                    setattr(exp, name, torch.zeros(n_resp, dtype=torch.float32))
         metrics = {
             "time/read_experience": time.perf_counter() - start,
             "sample/expert_count": float(len(expert)),

@@ -489,6 +489,8 @@ def _rule_buffer(c: _Checker, cfg: Config) -> None:
         if not aux.name:
             _set_derived(aux, "name", name)
         _set_derived(aux, "batch_size", tbs)
+        if "total_epochs" not in aux.model_fields_set:
+            _set_derived(aux, "total_epochs", buffer.total_epochs)
         _set_derived(aux, "tokenizer_path", cfg.model.model_path or None)
         _set_derived(aux, "ray_namespace", aux.ray_namespace or cfg.ray_namespace)
 

@@ -126,6 +126,38 @@ def _check_output(c: _Checker, loc: Loc, path: Optional[str], kind: str) -> None
         c.error(loc, path, f"{kind} {what} for this user")
 
 
+def _data_set_rows(path: str, name: str) -> Optional[str]:
+    """What marks ``path`` as a data set of rows rather than a file of serialized experiences
+    (``None``: an experience file, a place one will be written, or unknown).
+
+    An experience file (``storage_type: file``) is a ``.jsonl`` whose lines carry an ``exp``
+    field, or a directory holding ``<name>.jsonl`` / ``part-*.parquet``. A data set directory
+    holds split files (``train.jsonl``, ``*.parquet``, ``*.csv``) instead.
+    """
+    full = os.path.abspath(os.path.expanduser(path))
+    if os.path.isfile(full) and full.lower().endswith((".jsonl", ".json")):
+        try:
+            with open(full, encoding="utf-8") as f:
+                first = f.readline()
+            row = json.loads(first) if first.strip() else None
+        except (OSError, ValueError):
+            return None
+        if isinstance(row, dict) and "exp" not in row:
+            return f"its first line has the keys {sorted(row)[:6]}"
+        return None
+    if os.path.isdir(full):
+        entries = os.listdir(full)
+        safe = "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in name)
+        if f"{safe}.jsonl" in entries or any(e.startswith("part-") for e in entries):
+            return None
+        found = sorted(
+            e for e in entries if e.lower().endswith((".jsonl", ".json", ".parquet", ".csv"))
+        )
+        if found:
+            return "its files: " + ", ".join(found[:4])
+    return None
+
+
 def rule_paths(c: _Checker, cfg: Config) -> None:
     """Inputs exist and are readable, outputs have a writable place (run level)."""
     model = cfg.model
@@ -163,6 +195,16 @@ def rule_paths(c: _Checker, cfg: Config) -> None:
         if aux.storage_type == "file":
             loc = ("buffer", "trainer_input", "auxiliary_buffers", name, "path")
             _check_input(c, loc, aux.path, "the auxiliary data set")
+            if not aux.schema_type and aux.path:
+                rows = _data_set_rows(aux.path, aux.name or name)
+                if rows:
+                    c.error(
+                        loc[:-1] + ("schema_type",),
+                        aux.schema_type,
+                        f"{aux.path} holds rows of a data set ({rows}), not experiences a run "
+                        "wrote; set schema_type to 'sft' (or 'dpo') to format them with the "
+                        "model's chat template",
+                    )
     if cfg.checkpoint_root_dir:
         _check_output(
             c, ("checkpoint_root_dir",), cfg.checkpoint_root_dir, "the checkpoint directory"

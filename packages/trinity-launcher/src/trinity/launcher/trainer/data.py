@@ -109,11 +109,17 @@ def build_trainer_readers(config: Config, schema: str, tokenizer: Any) -> dict[s
         raw_rows = name == "experience_buffer" and schema in ("sft", "dpo")
         raw_rows = raw_rows or (schema_of(storage) in ("sft", "dpo"))
         if raw_rows and storage.storage_type == "file":
+            # an auxiliary data set (mix's expert rows) is read for its own total_epochs
+            # (Trinity-RFT's per-storage setting; the config check derives it from
+            # buffer.total_epochs when unset)
+            epochs = config.buffer.total_epochs
+            if name != "experience_buffer":
+                epochs = storage.total_epochs
             readers[name] = DatasetExperienceReader(
                 storage,
                 schema if name == "experience_buffer" else schema_of(storage),
                 tokenizer,
-                total_epochs=config.buffer.total_epochs,
+                total_epochs=epochs,
             )
         else:
             from trinity.buffer import get_buffer_reader
