@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import math
 import os
@@ -42,6 +41,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import yaml
+
+from trinity.manager.config_io import deep_merge
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "examples" / "data"
@@ -188,16 +189,6 @@ TYPES: dict[str, TypeSpec] = {
     "sft": TypeSpec(80, 48, kind="sft", save_every=8, ci_save_every=4),
     "dpo": TypeSpec(80, 40, kind="dpo", save_every=2, ci_save_every=2),
 }
-
-
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def _fill(value: Any, model: str) -> Any:
@@ -491,7 +482,7 @@ def run_type(
     else:
         every = spec.ci_save_every if ci else spec.save_every
         config = offline_config(algorithm_type, steps, every, model, root)
-    config = _fill(_merge(config, spec.overrides), model)
+    config = _fill(deep_merge(config, spec.overrides), model)
     run_dir = root / config["project"] / config["group"] / config["name"]
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
