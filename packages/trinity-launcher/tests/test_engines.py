@@ -200,6 +200,24 @@ def test_vllm_generate_and_scoring_at_another_temperature(wrapper, hf_model):
 
 @needs_vllm
 @pytest.mark.slow
+def test_vllm_on_cpu_runs_its_worker_inside_the_engine_core(vllm_engine):
+    """Two processes, not three: the engine actor and vLLM's engine core, which runs the model
+    itself (vLLM's CPU build would otherwise add a worker process, importing vLLM once more)."""
+    psutil = pytest.importorskip("psutil")
+    pid = ray.get(vllm_engine.__ray_call__.remote(lambda actor: os.getpid()))
+    names = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            names.append(" ".join(child.cmdline()) or child.name())
+        except psutil.NoSuchProcess:
+            continue
+    vllm_procs = [n for n in names if "VLLM" in n or "vllm" in n.lower()]
+    assert len([n for n in vllm_procs if "EngineCore" in n]) == 1, names
+    assert not [n for n in vllm_procs if "Worker" in n], names
+
+
+@needs_vllm
+@pytest.mark.slow
 def test_vllm_seed_makes_a_sample_reproducible(wrapper):
     a = run(wrapper.chat_async(MESSAGES, seed=123))[0].tokens.tolist()
     b = run(wrapper.chat_async(MESSAGES, seed=123))[0].tokens.tolist()
