@@ -375,6 +375,18 @@ def test_bench_mode_evaluates_the_model_then_each_checkpoint(tmp_path, engine, p
     assert not (Path(config.buffer.cache_dir) / "exps.db").exists()  # bench writes no data
 
 
+def test_tasks_per_runner_comes_from_the_config(tmp_path):
+    from trinity.common.config import ConfigError
+
+    config = checked(write_config(tmp_path))
+    assert config.explorer.tasks_per_runner == 1  # Trinity-RFT: one task per runner
+    config.explorer.tasks_per_runner = 4
+    assert Explorer(config).tasks_per_runner == 4
+    assert Explorer(config, tasks_per_runner=2).tasks_per_runner == 2
+    with pytest.raises(ConfigError, match="explorer.tasks_per_runner"):
+        load_config({"explorer": {"tasks_per_runner": 0}})
+
+
 @pytest.mark.slow
 def test_the_command_line_runs_explore_mode(tmp_path, engine, plugin_dir, monkeypatch, capsys):
     """``trinity-launch`` in-process with this module's Ray: plugin loading, config checks,

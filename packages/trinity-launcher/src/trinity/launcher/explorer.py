@@ -147,7 +147,8 @@ class Explorer:
         monitor: metrics sink (default: ``<checkpoint_job_dir>/metrics.jsonl`` plus the
             config's ``monitor.monitor_type``, see :func:`trinity.launcher.monitor.create_monitor`).
         progress: progress display (default: none; the launcher passes one).
-        tasks_per_runner: see :class:`~trinity.launcher.runner.RunnerPool`.
+        tasks_per_runner: see :class:`~trinity.launcher.runner.RunnerPool` (default:
+            ``explorer.tasks_per_runner``).
     """
 
     def __init__(
@@ -159,7 +160,7 @@ class Explorer:
         plugin_dirs: Optional[Sequence[str]] = None,
         monitor: Optional[Monitor] = None,
         progress: Optional[ProgressReporter] = None,
-        tasks_per_runner: int = 1,
+        tasks_per_runner: Optional[int] = None,
     ) -> None:
         from trinity.buffer import get_taskset_reader
         from trinity.buffer.operators.experience_operator import create_operators
@@ -206,7 +207,9 @@ class Explorer:
             monitor = create_monitor(config)
         self.monitor = monitor
         self.progress = progress
-        self.tasks_per_runner = tasks_per_runner
+        self.tasks_per_runner = (
+            config.explorer.tasks_per_runner if tasks_per_runner is None else tasks_per_runner
+        )
         self.pool: Optional[RunnerPool] = None
         #: replaces rollout engines that die (set by :meth:`prepare`)
         self.supervisor: Any = None

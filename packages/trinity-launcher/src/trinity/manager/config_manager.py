@@ -209,7 +209,11 @@ class ConfigManager:
             "sync_method", "sync_style", "sync_interval", "sync_offset", "sync_timeout"
         )
         self.get_configs(
-            "runner_per_model", "eval_interval", "max_timeout", "explorer_max_retry_times"
+            "runner_per_model",
+            "tasks_per_runner",
+            "eval_interval",
+            "max_timeout",
+            "explorer_max_retry_times",
         )
         with st.expander("Rollout Model Config", expanded=True):
             self.get_configs("engine_type", "engine_num", "tensor_parallel_size")
@@ -274,6 +278,7 @@ class ConfigManager:
             "sync_offset",
             "sync_timeout",
             "runner_per_model",
+            "tasks_per_runner",
             "eval_interval",
             "max_timeout",
             "explorer_max_retry_times",

@@ -467,6 +467,16 @@ class ExplorerConfig(_Section):
     name: str = Field(EXPLORER_NAME, description="Ray actor name of the explorer.")
     mode: Optional[RunMode] = Field(None, description="Copied from Config.mode; do not set.")
     runner_per_model: Int = Field(8, ge=1, description="Workflow runners per rollout engine.")
+    tasks_per_runner: Int = Field(
+        1,
+        ge=1,
+        description=(
+            "Tasks one workflow runner runs at once (Trinity extension; 1 is Trinity-RFT's "
+            "one task per runner). More suits workflows that mostly wait on the engine: fewer "
+            "runner processes to start, one wave per step. A crashing or hung task can then "
+            "take the other tasks of its runner with it (they are retried)."
+        ),
+    )
     max_timeout: Int = Field(1800, ge=1, description="Seconds a task may run.")
     max_retry_times: Int = Field(2, ge=0, description="Retries of a failed or timed-out task.")
     min_batch_fraction: Float = Field(

@@ -29,7 +29,25 @@ def _rollout_entry(key, default, path=None, visible=explores):
     default_value=8, visible=explores, config_path="explorer.runner_per_model"
 )
 def set_runner_per_model(**kwargs):
-    st.number_input("Runners per Model", min_value=1, help="Concurrent tasks per engine.", **kwargs)
+    st.number_input(
+        "Runners per Model",
+        min_value=1,
+        help="Workflow runner processes per engine (concurrent tasks: this x tasks per runner).",
+        **kwargs,
+    )
+
+
+@CONFIG_GENERATORS.register_config(
+    default_value=1, visible=explores, config_path="explorer.tasks_per_runner"
+)
+def set_tasks_per_runner(**kwargs):
+    st.number_input(
+        "Tasks per Runner",
+        min_value=1,
+        help="Tasks one runner runs at once (1: Trinity-RFT's one task per runner; more suits "
+        "workflows that mostly wait on the engine, with fewer runner processes).",
+        **kwargs,
+    )
 
 
 @CONFIG_GENERATORS.register_config(
