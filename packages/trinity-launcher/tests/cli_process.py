@@ -28,13 +28,17 @@ def spawn_cli(config, log):
 
 
 def run_to_end(config, log, timeout: float = 600) -> str:
-    """:func:`spawn_cli` and wait for it; assert it exited 0; return its output."""
+    """:func:`spawn_cli` and wait for it (past ``timeout`` its process group is killed and
+    the wait raises); assert it exited 0; return its output."""
+    import os
     import shutil
 
     proc, ray_tmp = spawn_cli(config, log)
     try:
         proc.wait(timeout=timeout)
     finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     out = log.read_text()
     assert proc.returncode == 0, out[-6000:]

@@ -104,23 +104,21 @@ def test_dry_run_accepts_colocate_and_names_the_offset_it_refuses(tmp_path):
     config["mode"] = "colocate"
     config["model"]["model_path"] = str(tmp_path)  # --dry-run loads no model
     path = tmp_path / "colocate.yaml"
-    path.write_text(yaml.safe_dump(config))
-    ok = subprocess.run(
-        [str(BIN / "trinity-launch"), str(path), "--dry-run"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+
+    def dry_run() -> subprocess.CompletedProcess:
+        path.write_text(yaml.safe_dump(config))
+        return subprocess.run(
+            [str(BIN / "trinity-launch"), str(path), "--dry-run"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+
+    ok = dry_run()
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "mode=colocate" in ok.stdout
     config["synchronizer"]["sync_offset"] = 1
-    path.write_text(yaml.safe_dump(config))
-    bad = subprocess.run(
-        [str(BIN / "trinity-launch"), str(path), "--dry-run"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    bad = dry_run()
     assert bad.returncode == 2, bad.stdout + bad.stderr
     assert "synchronizer.sync_offset" in bad.stderr and "synchronous by construction" in bad.stderr
 

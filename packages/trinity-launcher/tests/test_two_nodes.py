@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_process import spawn_cli
+from cli_process import run_to_end, spawn_cli
 
 pytest.importorskip("verl")
 pytest.importorskip("vllm")
@@ -334,15 +334,7 @@ def test_both_across_two_nodes_survives_losing_one(
 
     # 2. a node_b comes back; the same command resumes from the checkpoint and finishes
     two_nodes.start_b()
-    proc, ray_tmp = spawn_cli(config, tmp_path / "second.log")
-    try:
-        proc.wait(timeout=900)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    out = (tmp_path / "second.log").read_text()
-    assert proc.returncode == 0, out[-5000:]
+    out = run_to_end(config, tmp_path / "second.log", timeout=900)
     assert f"Resuming mode both from global_step_{ckpt}" in out
     rows = records(run)
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))  # none lost, none twice
