@@ -442,6 +442,50 @@ class TestSerialization:
         assert back.metrics == {"acc": 0.5, "n": 3}
         assert type(back.metrics["n"]) is int
 
+    def test_tensors_are_packed_per_field(self):
+        """A batch is a handful of safetensors entries, not one per tensor (the cost of
+        encoding was per entry)."""
+        from safetensors.torch import load
+
+        exps = [_single([1, 2], [3, 4, 5], logprobs=[-0.1, -0.2, -0.3]) for _ in range(50)]
+        data = Experience.serialize_many(exps)
+        _, meta_len, _ = struct.unpack("<BQQ", data[4:21])
+        entries = load(data[21 + meta_len :])
+        assert len(entries) < 10
+        assert entries["tokens|int64"].numel() == 50 * 5
+
+    def test_decoded_tensors_are_writable_and_independent(self):
+        exps = Experience.deserialize_many(
+            Experience.serialize_many([_single([1], [2, 3]), _single([1], [4, 5])])
+        )
+        exps[0].tokens[0] = 9  # in place, as advantage functions do
+        assert exps[0].tokens.tolist() == [9, 2, 3] and exps[1].tokens.tolist() == [1, 4, 5]
+
+    def test_version_1_payloads_still_read(self):
+        """Buffers written before the packed layout (one entry per tensor) stay readable."""
+        from safetensors.torch import save
+
+        exp = _single([1, 2], [3], logprobs=[-0.5], reward=1.0, info={"k": "v"})
+        item = {"eid": exp.eid.to_dict(), "custom_fields": [], "multi_modal_input_keys": None}
+        item.update({name: getattr(exp, name) for name in ("prompt_length", "reward", "info")})
+        meta = json.dumps({"version": 1, "items": [item]}).encode()
+        blob = save({"0:tokens": exp.tokens, "0:logprobs": exp.logprobs})
+        data = b"TRXJ" + struct.pack("<BQQ", 1, len(meta), len(blob)) + meta + blob
+        back = Experience.deserialize(data)
+        assert back.tokens.tolist() == [1, 2, 3] and back.logprobs.tolist() == [-0.5]
+        assert back.info == {"k": "v"} and back.reward == 1.0 and back.eid == exp.eid
+
+    def test_a_layout_that_does_not_match_its_tensors_is_corrupt(self):
+        data = _single([1, 2], [3]).serialize()
+        _, meta_len, tensor_len = struct.unpack("<BQQ", data[4:21])
+        meta = json.loads(data[21 : 21 + meta_len])
+        meta["items"][0]["tensors"]["tokens"][1] = [7]  # 7 tokens announced, 3 stored
+        new_meta = json.dumps(meta).encode()
+        bad = data[:4] + struct.pack("<BQQ", 2, len(new_meta), tensor_len)
+        bad += new_meta + data[21 + meta_len :]
+        with pytest.raises(ValueError, match="corrupt experience payload"):
+            Experience.deserialize_many(bad)
+
     def test_bad_payloads(self):
         with pytest.raises(ValueError, match="bad magic"):
             Experience.deserialize_many(b"\x80\x04garbage")

@@ -36,6 +36,7 @@ from trinity.launcher.engines import (  # noqa: E402
     engine_settings,
 )
 from trinity.launcher.engines.external import ExternalEngine, api_root  # noqa: E402
+from trinity.launcher.engines.testing import FakeEngine  # noqa: E402
 from trinity.launcher.tiny_model import build_tiny_model  # noqa: E402
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -555,3 +556,36 @@ def test_workflows_reach_auxiliary_models_as_openai_clients(
     assert not batch.failed, [r.error for r in batch.failed]
     assert len(batch.experiences) == 3
     assert all(e.metrics["judge_tokens"] == 3.0 for e in batch.experiences)
+
+
+# ---------------------------------------------------------------------- transport
+class _CountingFakeEngine(FakeEngine):
+    """A fake engine that counts the wire-bytes calls the wrapper makes."""
+
+    serialized_calls = 0
+
+    async def chat_serialized(self, messages, **kwargs):
+        self.serialized_calls += 1
+        return await super().chat_serialized(messages, **kwargs)
+
+    async def generate_serialized(self, prompt, **kwargs):
+        self.serialized_calls += 1
+        return await super().generate_serialized(prompt, **kwargs)
+
+    async def count(self):
+        return self.serialized_calls
+
+
+def test_a_wrapper_over_an_actor_takes_its_experiences_as_wire_bytes(ray_cluster):
+    """Through an actor the wrapper asks for ``chat_serialized`` / ``generate_serialized``
+    (not pickled experiences) and gets what the engine returns in-process."""
+    settings = EngineSettings(model_path="fake", engine_type="fake", seed=0)
+    handle = ray.remote(_CountingFakeEngine).remote(settings)
+    wrapper = run(EngineModelWrapper.create(handle))
+    remote = run(wrapper.chat_async(MESSAGES, n=2)) + run(wrapper.generate_async(["1+1="], n=1))
+    local_engine = FakeEngine(settings)
+    local = run(local_engine.chat(MESSAGES, n=2)) + run(local_engine.generate("1+1=", n=1))
+    assert ray.get(handle.count.remote()) == 2
+    assert [e.tokens.tolist() for e in remote] == [e.tokens.tolist() for e in local]
+    assert [e.response_text for e in remote] == [e.response_text for e in local]
+    ray.kill(handle)

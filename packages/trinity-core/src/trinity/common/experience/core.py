@@ -10,8 +10,6 @@ both sit beside this module, and ``trinity.common.experience`` re-exports everyt
 
 from __future__ import annotations
 
-import json
-import struct
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,17 +17,9 @@ from typing import Any, Literal, Optional, Union
 
 import numpy as np
 import torch
-from safetensors.torch import load as _st_load
-from safetensors.torch import save as _st_save
 from torch import Tensor
 
-from trinity.common.experience.serialization import (
-    _SER_MAGIC,
-    _SER_VERSION,
-    _detached_owned,
-    _dtype_from_name,
-    _jsonable,
-)
+from trinity.common.experience.serialization import _dtype_from_name, _jsonable, pack, unpack
 
 
 class InvalidExperienceError(ValueError, AssertionError):
@@ -517,15 +507,12 @@ class Experience:
     def serialize_many(cls, experiences: Sequence[Experience]) -> bytes:
         """Encode experiences to bytes without pickle.
 
-        Layout: ``b"TRXJ"`` | version u8 | JSON length u64 LE | safetensors length u64 LE |
-        UTF-8 JSON metadata | safetensors blob. Tensors are keyed ``"{index}:{field}"``
-        (``"{index}:mm:{key}"`` for multi-modal inputs). Raises ``TypeError`` naming the
-        key when a JSON field (``info``, ``metrics``, ``messages``, ...) holds a value
-        JSON cannot represent exactly.
+        The layout is :mod:`trinity.common.experience.serialization`'s: JSON metadata and
+        one safetensors blob holding every tensor, packed per field. Raises ``TypeError``
+        naming the key when a JSON field (``info``, ``metrics``, ``messages``, ...) holds a
+        value JSON cannot represent exactly.
         """
-        items: list[dict[str, Any]] = []
-        tensors: dict[str, Tensor] = {}
-        seen: set[int] = set()
+        items = []
         for i, exp in enumerate(experiences):
             if not isinstance(exp, Experience):
                 raise TypeError(f"experiences[{i}] is {type(exp).__name__}, not Experience")
@@ -540,45 +527,23 @@ class Experience:
                 }
                 for cf in exp.custom_fields
             ]
-            for name in _TENSOR_FIELDS:
-                value = getattr(exp, name)
-                if value is not None:
-                    tensors[f"{i}:{name}"] = _detached_owned(value, seen)
+            tensors = {
+                name: value for name in _TENSOR_FIELDS if (value := getattr(exp, name)) is not None
+            }
             if exp.multi_modal_inputs is None:
                 meta["multi_modal_input_keys"] = None
             else:
                 meta["multi_modal_input_keys"] = list(exp.multi_modal_inputs)
                 for key, value in exp.multi_modal_inputs.items():
-                    tensors[f"{i}:mm:{key}"] = _detached_owned(value, seen)
-            items.append(meta)
-        meta_bytes = json.dumps(
-            {"version": _SER_VERSION, "items": items}, ensure_ascii=False, allow_nan=True
-        ).encode("utf-8")
-        tensor_bytes = _st_save(tensors)
-        header = _SER_MAGIC + struct.pack("<BQQ", _SER_VERSION, len(meta_bytes), len(tensor_bytes))
-        return header + meta_bytes + tensor_bytes
+                    tensors[f"mm:{key}"] = value
+            items.append((meta, tensors))
+        return pack(items)
 
     @classmethod
     def deserialize_many(cls, data: bytes) -> list[Experience]:
         """Decode bytes from :meth:`serialize_many` (or :meth:`serialize`)."""
-        data = bytes(data)
-        head = len(_SER_MAGIC) + struct.calcsize("<BQQ")
-        if len(data) < head or not data.startswith(_SER_MAGIC):
-            raise ValueError("not a Trinity experience payload (bad magic)")
-        version, meta_len, tensor_len = struct.unpack("<BQQ", data[len(_SER_MAGIC) : head])
-        if version != _SER_VERSION:
-            raise ValueError(
-                f"unsupported experience payload version {version}, expected {_SER_VERSION}"
-            )
-        if head + meta_len + tensor_len != len(data):
-            raise ValueError(
-                f"corrupt experience payload: header announces {head + meta_len + tensor_len} "
-                f"bytes, got {len(data)}"
-            )
-        meta = json.loads(data[head : head + meta_len].decode("utf-8"))
-        tensors = _st_load(data[head + meta_len :])
         out: list[Experience] = []
-        for i, item in enumerate(meta["items"]):
+        for item, tensors in unpack(data):
             kwargs: dict[str, Any] = {name: item.get(name) for name in _META_FIELDS}
             kwargs["eid"] = EID.from_dict(item["eid"])
             kwargs["custom_fields"] = [
@@ -590,10 +555,10 @@ class Experience:
                 for cf in item.get("custom_fields") or []
             ]
             for name in _TENSOR_FIELDS:
-                kwargs[name] = tensors.get(f"{i}:{name}")
+                kwargs[name] = tensors.get(name)
             mm_keys = item.get("multi_modal_input_keys")
             kwargs["multi_modal_inputs"] = (
-                None if mm_keys is None else {k: tensors[f"{i}:mm:{k}"] for k in mm_keys}
+                None if mm_keys is None else {k: tensors[f"mm:{k}"] for k in mm_keys}
             )
             out.append(cls(**kwargs))
         return out

@@ -97,14 +97,22 @@ class EngineModelWrapper(ModelWrapper):
 
     # ------------------------------------------------------------------ engine hooks
     async def _chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Sequence[Experience]:
-        exps = await call_engine(self.engine, "chat", messages, **kwargs)
+        exps = await self._sample("chat", messages, kwargs)
         self._note_version(exps)
         return exps
 
     async def _generate(self, prompt: str, **kwargs: Any) -> Sequence[Experience]:
-        exps = await call_engine(self.engine, "generate", prompt, **kwargs)
+        exps = await self._sample("generate", prompt, kwargs)
         self._note_version(exps)
         return exps
+
+    async def _sample(self, method: str, prompt: Any, kwargs: dict[str, Any]) -> list[Experience]:
+        """An actor is asked for its experiences as wire bytes (``chat_serialized``), which
+        cost a fraction of pickling them; an in-process engine returns them as they are."""
+        if _is_actor(self.engine):
+            payload = await getattr(self.engine, f"{method}_serialized").remote(prompt, **kwargs)
+            return Experience.deserialize_many(payload)
+        return await getattr(self.engine, method)(prompt, **kwargs)
 
     async def _logprobs(self, tokens: list[int], temperature: float) -> Tensor:
         return await call_engine(self.engine, "logprobs", tokens, temperature)

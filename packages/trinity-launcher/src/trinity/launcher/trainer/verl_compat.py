@@ -46,6 +46,11 @@ What is patched on CPU, and why (verl 0.9.1 sources in ``verl/``):
    instead (the engine sets ``sdpa`` on CPU and on CUDA without flash-attn,
    ``flash_attention_2`` otherwise, as verl would); models without a token-classification class
    still go to verl's loader.
+6. **Log-probabilities without flash-attn** (``logprobs_from_logits`` as imported by verl's
+   engine modules). Its CPU fallback loops over rows, which in the packed layout are tokens;
+   :func:`~trinity.launcher.trainer.verl_logprobs.chunked_logprobs` computes the same values
+   over memory-bounded chunks of rows (the quickstart's train step spent a fifth of its time in
+   that loop and its backward). Only where verl would take that fallback.
 
 Not patched, but needed on CPU (settings, chosen by :mod:`trinity.launcher.trainer.verl_engine`):
 ``attn_implementation: sdpa`` (verl's default is flash-attention 2), fp32 parameters and compute
@@ -423,6 +428,39 @@ def _patch_valuehead_loader(device: str) -> None:
     vmodel.load_valuehead_model = load_valuehead_model
 
 
+# ------------------------------------------------------------ patch 6: log-probabilities
+
+
+#: verl modules that import ``logprobs_from_logits`` by name.
+_LOGPROB_MODULES = (
+    "verl.workers.engine.fsdp.transformer_impl",
+    "verl.workers.engine.torchtitan.transformer_impl",
+    "verl.workers.engine.automodel.transformer_impl",
+)
+
+
+def _vectorise_logprobs() -> None:
+    import verl.utils.torch_functional as vtf
+
+    original = vtf.logprobs_from_logits
+    if getattr(original, "_trinity_patched", False):
+        return
+    from trinity.launcher.trainer.verl_logprobs import chunked_logprobs
+
+    @functools.wraps(original)
+    def logprobs_from_logits(logits, labels, inplace_backward=True):
+        if vtf.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE or vtf.NPU_CROSS_ENTROPY_LOSS_AVAILABLE:
+            return original(logits, labels, inplace_backward=inplace_backward)
+        return chunked_logprobs(logits, labels)
+
+    logprobs_from_logits._trinity_patched = True  # type: ignore[attr-defined]
+    vtf.logprobs_from_logits = logprobs_from_logits
+    for name in _LOGPROB_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "logprobs_from_logits", None) is original:
+            module.logprobs_from_logits = logprobs_from_logits
+
+
 # --------------------------------------------------------------------------------- entry point
 
 
@@ -481,5 +519,6 @@ def apply_verl_compat(device: Optional[str] = None) -> str:
         if device == "cpu":
             _register_cpu_engines()
             _fix_cached_device_names()
+            _vectorise_logprobs()
         _APPLIED[device] = True
     return device
