@@ -218,6 +218,13 @@ def test_verl_root_log_handler_is_dropped(engine):
         root.removeHandler(verls)
 
 
+def test_adam_runs_its_foreach_kernels_on_cpu(engine):
+    """On CPU the optimizer is asked for foreach kernels (torch's default there is the
+    per-tensor loop, one DTensor dispatch per op and parameter); a user's setting wins."""
+    optimizer = engine.verl_engine.optimizer
+    assert all(group["foreach"] is True for group in optimizer.param_groups)
+
+
 def test_settings_from_trinity_config():
     from trinity.common.config import Config
 

