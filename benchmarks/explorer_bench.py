@@ -16,8 +16,8 @@ three sides generate the same number of tokens from the same prompt token ids:
   template renders; every prompt submitted at once, ``SamplingParams(logprobs=0,
   output_kind=FINAL_ONLY)`` as the engine asks. Nothing of Trinity's runs in the timed path.
 * engine actor: a ``VLLMEngine`` Ray actor (``create_engine_actor``, as the explorer's own
-  engines are started), ``asyncio.gather`` of ``engine.chat.remote``; the time is from
-  submission to the last Experience received in this process;
+  engines are started), ``asyncio.gather`` of ``engine.chat_serialized.remote`` (what a runner
+  asks for); the time is from submission to the last Experience decoded in this process;
 * explorer path: ``Explorer.explore_step()`` on that actor: read the batch from a jsonl task
   set, run it on the ``WorkflowRunner`` actors with a workflow that makes the same ``chat``
   call (registered from a plugin directory written here), ship the experiences back, compute
@@ -234,18 +234,22 @@ class BareVLLM:
 
 async def engine_step(engine: Any, args: argparse.Namespace, step: int) -> tuple[int, int, float]:
     """(response tokens, samples, seconds) of every prompt sent to the engine actor at once."""
+    from trinity.common.experience import Experience
+
     start = time.perf_counter()
     try:
-        groups = await asyncio.gather(
+        payloads = await asyncio.gather(
             *(
-                engine.chat.remote([{"role": "user", "content": q}], seed=seed, **sampling(args))
+                engine.chat_serialized.remote(
+                    [{"role": "user", "content": q}], seed=seed, **sampling(args)
+                )
                 for q, seed in zip(prompts(args.tasks), step_seeds(step, args.tasks), strict=True)
             )
         )
     except Exception as exc:
         raise BenchFailure(f"a request to the engine actor failed: {exc!r}") from exc
+    exps = [e for p in payloads for e in Experience.deserialize_many(p)]
     seconds = time.perf_counter() - start
-    exps = [e for g in groups for e in g]
     return sum(e.response_length for e in exps), len(exps), seconds
 
 
@@ -269,7 +273,7 @@ async def explorer_step(explorer: Any, args: argparse.Namespace) -> tuple[int, i
 SIDES = ("vllm", "engine", "explorer")
 LABELS = {
     "vllm": "bare vLLM      (AsyncLLM.generate in this process, same args and prompt ids)",
-    "engine": "engine actor   (VLLMEngine Ray actor, engine.chat.remote)",
+    "engine": "engine actor   (VLLMEngine Ray actor, engine.chat_serialized.remote)",
     "explorer": "explorer path  (explore_step: runners, workflow, GRPO, SQLite writes)",
 }
 

@@ -262,12 +262,18 @@ def test_derived_token_budget_fits_a_small_model(model_path):
     the floor a small model's size allows (fewer, larger micro-batches); a value the user set
     is kept as written, and a model whose config is not local gets no floor."""
     from trinity.common.config import Config
-    from trinity.launcher.trainer.verl_settings import micro_batch_token_floor
+    from trinity.launcher.trainer.verl_settings import (
+        micro_batch_token_cap,
+        micro_batch_token_floor,
+    )
 
     floor = micro_batch_token_floor(model_path)
     cfg = json.loads((Path(model_path) / "config.json").read_text())
     per_token = 4 * (2 * cfg["vocab_size"] + 16 * cfg["num_hidden_layers"] * cfg["hidden_size"])
-    assert floor == min((256 << 20) // per_token, max(4 * cfg["hidden_size"], 1024))
+    assert floor == min((256 << 20) // per_token, micro_batch_token_cap(cfg["hidden_size"]))
+    # the cap trades a micro-batch's fixed cost against packed attention's wasted cost
+    assert micro_batch_token_cap(64) == 1024 and micro_batch_token_cap(512) == 512
+    assert micro_batch_token_cap(2048) == 256
     assert floor > 2 * 18  # the quickstart's 2 * max_model_len: dozens of micro-batches
 
     def budget(trainer: dict, path: str = model_path) -> int:

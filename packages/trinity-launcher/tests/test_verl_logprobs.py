@@ -37,7 +37,9 @@ def test_batched_shapes_and_low_precision():
     out = chunked_logprobs(logits.reshape(4, 6, 11), labels.reshape(4, 6), chunk_elements=30)
     assert out.shape == (4, 6) and out.dtype == torch.bfloat16
     exact = torch.log_softmax(logits.float(), -1).gather(-1, labels[:, None]).squeeze(-1)
-    torch.testing.assert_close(out.reshape(-1).float(), exact, rtol=8e-3, atol=1e-2)  # bf16 rounding
+    torch.testing.assert_close(
+        out.reshape(-1).float(), exact, rtol=8e-3, atol=1e-2
+    )  # bf16 rounding
 
 
 def test_no_rows():
