@@ -97,16 +97,18 @@ class EngineModelWrapper(ModelWrapper):
 
     # ------------------------------------------------------------------ engine hooks
     async def _chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Sequence[Experience]:
-        exps = await self._sample("chat", messages, kwargs)
+        exps = await self._from_engine("chat", messages, kwargs)
         self._note_version(exps)
         return exps
 
     async def _generate(self, prompt: str, **kwargs: Any) -> Sequence[Experience]:
-        exps = await self._sample("generate", prompt, kwargs)
+        exps = await self._from_engine("generate", prompt, kwargs)
         self._note_version(exps)
         return exps
 
-    async def _sample(self, method: str, prompt: Any, kwargs: dict[str, Any]) -> list[Experience]:
+    async def _from_engine(
+        self, method: str, prompt: Any, kwargs: dict[str, Any]
+    ) -> list[Experience]:
         """An actor is asked for its experiences as wire bytes (``chat_serialized``), which
         cost a fraction of pickling them; an in-process engine returns them as they are."""
         if _is_actor(self.engine):
