@@ -32,8 +32,9 @@ forward+backward+AdamW over the same 128 sequences (prompt 7 tokens, responses o
 config's response length, seeded), with ``--profile`` a cProfile of one Trinity step,
 alternating, after a warm-up. The bare side is the fastest of three ways to run exactly the
 real tokens: one sequence per call (no padding at all), length-sorted chunks of 16 rows padded
-to their longest, and packed micro-batches of Trinity's token budget. Target: Trinity's step
-within 1.2x of that.
+to their longest, and packed micro-batches (transformers' ``sdpa`` under its block mask, no KV
+cache: each sequence sees only itself) of Trinity's token budget, capped where masked attention
+is cheapest (``micro_batch_token_cap``). Target: Trinity's step within 1.2x of that.
 
 Writes ``results.json``, ``curves.json``, ``curves.png`` (reward against step) and
 ``curves_time.png`` (against wall time) into ``--out``. A measurement, not a test: the exit status is 1 only when a side
@@ -263,6 +264,7 @@ def train_step_check(
         VerlEngineSettings,
         VerlTrainEngine,
     )
+    from trinity.launcher.trainer.verl_settings import micro_batch_token_cap
 
     config = load_config(str(trinity_config(name, "trinity", model, 1, workdir)))
     config.check_and_update()
@@ -291,6 +293,8 @@ def train_step_check(
     hf.train()
     opt = torch.optim.AdamW(hf.parameters(), lr=1e-6)
     budget = int(settings.max_token_len_per_gpu or 0)
+    # bare packed micro-batches attend under transformers' block mask: the budget best for that
+    bare_budget = min(budget, micro_batch_token_cap(hf.config.hidden_size))
 
     def response_loss(logits: torch.Tensor, spans: list[tuple[int, int]], ids: torch.Tensor):
         # log-prob of each response token (what a policy loss reads), summed: one backward
@@ -335,7 +339,7 @@ def train_step_check(
         chunk: list[Any] = []
         chunks = []
         for e in exps:
-            if chunk and sum(len(c.tokens) for c in chunk) + len(e.tokens) > max(budget, 1):
+            if chunk and sum(len(c.tokens) for c in chunk) + len(e.tokens) > max(bare_budget, 1):
                 chunks.append(chunk)
                 chunk = []
             chunk.append(e)
@@ -343,7 +347,8 @@ def train_step_check(
         for part in chunks:
             ids = torch.cat([e.tokens for e in part]).long()
             pos = torch.cat([torch.arange(len(e.tokens)) for e in part])
-            logits = hf(input_ids=ids[None], position_ids=pos[None]).logits[0]
+            # no KV cache, so transformers masks each sequence off from the others
+            logits = hf(input_ids=ids[None], position_ids=pos[None], use_cache=False).logits[0]
             spans, at = [], 0
             for e in part:
                 spans.append((at + e.prompt_length, at + len(e.tokens)))
@@ -364,7 +369,7 @@ def train_step_check(
         "trinity": trinity,
         "bare: per sequence": bare_per_sequence,
         "bare: sorted chunks of 16": bare_sorted_chunks,
-        f"bare: packed, {budget}-token micro-batches": bare_packed,
+        f"bare: packed, {bare_budget}-token micro-batches": bare_packed,
     }
     for fn in sides.values():  # warm-up
         fn()

@@ -225,6 +225,13 @@ def test_adam_runs_its_foreach_kernels_on_cpu(engine):
     assert all(group["foreach"] is True for group in optimizer.param_groups)
 
 
+def test_packed_sequences_attend_without_a_block_mask_on_cpu(engine):
+    """Without flash-attn the engine loads the model with ``sdpa_packed`` (each packed sequence
+    attends to itself, no ``T x T`` mask); the logprob and train-step checks below compare it
+    with plain HF forwards."""
+    assert engine.module.config._attn_implementation == "sdpa_packed"
+
+
 def test_settings_from_trinity_config():
     from trinity.common.config import Config
 
@@ -270,8 +277,11 @@ def test_derived_token_budget_fits_a_small_model(model_path):
     floor = micro_batch_token_floor(model_path)
     cfg = json.loads((Path(model_path) / "config.json").read_text())
     per_token = 4 * (2 * cfg["vocab_size"] + 16 * cfg["num_hidden_layers"] * cfg["hidden_size"])
-    assert floor == min((256 << 20) // per_token, micro_batch_token_cap(cfg["hidden_size"]))
-    # the cap trades a micro-batch's fixed cost against packed attention's wasted cost
+    # the default attention attends within each packed sequence: memory is the only bound
+    assert floor == (256 << 20) // per_token
+    # under a block mask the cap trades a micro-batch's fixed cost against attention's waste
+    masked = micro_batch_token_floor(model_path, masked_attention=True)
+    assert masked == min(floor, micro_batch_token_cap(cfg["hidden_size"])) < floor
     assert micro_batch_token_cap(64) == 1024 and micro_batch_token_cap(512) == 512
     assert micro_batch_token_cap(2048) == 256
     assert floor > 2 * 18  # the quickstart's 2 * max_model_len: dozens of micro-batches
@@ -287,6 +297,9 @@ def test_derived_token_budget_fits_a_small_model(model_path):
     assert budget({}, path="/not/local") == 36
     assert budget({"ulysses_sequence_parallel_size": 2}) == floor // 2
     assert micro_batch_token_floor("/not/local") == 0
+    config = Config.model_validate({"model": {"model_path": model_path, "max_model_len": 18}})
+    explicit = VerlEngineSettings.from_config(config, attn_implementation="sdpa")
+    assert explicit.max_token_len_per_gpu == masked
 
 
 # ---------------------------------------------------------------------------- engine checks

@@ -50,6 +50,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from trinity.common.experience import Experiences
+from trinity.launcher.trainer.packed_attention import PACKED_SDPA
+from trinity.launcher.trainer.packed_attention import register as register_packed_sdpa
 from trinity.launcher.trainer.verl_compat import (
     apply_verl_compat,
 )
@@ -110,14 +112,17 @@ def _ensure_process_group(device: str) -> None:
 
 
 def _default_attn_implementation(device: str) -> str:
+    """flash-attention 2 where its kernels exist (CUDA with ``flash_attn``), else ``sdpa_packed``
+    (:mod:`~trinity.launcher.trainer.packed_attention`: sdpa without the packed layout's
+    ``T x T`` mask). Both attend within each packed sequence only."""
     if device == "cuda":
         try:
             import flash_attn  # noqa: F401
 
             return "flash_attention_2"
         except ImportError:
-            return "sdpa"
-    return "sdpa"
+            pass
+    return PACKED_SDPA
 
 
 def _largest_divisor_at_most(n: int, limit: int) -> int:
@@ -162,6 +167,8 @@ class VerlTrainEngine(VerlWeightsMixin):
 
         s = self.settings
         attn = s.attn_implementation or _default_attn_implementation(self.device)
+        if attn == PACKED_SDPA:
+            register_packed_sdpa()  # in this process, before verl loads the model
         model_config = HFModelConfig(
             path=s.model_path,
             tokenizer_path=s.tokenizer_path,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 MICRO_BATCH_BYTES = 256 * 2**20
 
 
-def micro_batch_token_floor(model_path: Optional[str]) -> int:
+def micro_batch_token_floor(model_path: Optional[str], masked_attention: bool = False) -> int:
     """The fewest tokens a derived micro-batch budget holds for the model at ``model_path``.
 
     Trinity-RFT's default budget, ``2 * max_model_len`` tokens per micro-batch, is sized for
@@ -35,15 +35,15 @@ def micro_batch_token_floor(model_path: Optional[str]) -> int:
     each paying the fixed cost of a forward and backward pass: on the CPU quickstart that was
     most of the train step. The floor is the token count whose fp32 logits (twice: logits and
     log-softmax) and ~16 saved activations of width ``hidden_size`` per layer fit in
-    :data:`MICRO_BATCH_BYTES`, capped because a packed micro-batch attends over all its tokens
-    under a block mask where no varlen attention kernel exists (CPU), so attention's wasted cost
-    grows with the square of the micro-batch. A micro-batch of ``T`` tokens costs about
-    ``c + a*T*h^2 + b*T^2*h`` (a fixed cost, the projections, the masked attention), so the cost
-    per token is least at ``T ~ sqrt(c / (b*h))``: the cap is ``512 * sqrt(512 / hidden_size)``
-    tokens, at most 1024 (measured on this project's 2-core CPU: the realistic preset, hidden
-    512, trains a step in 4.1-4.3 s with 512-token micro-batches against 4.4-4.5 s with 1023;
-    the quickstart model, hidden 64, keeps 1024). For real LLMs
-    (Qwen2.5-0.5B: ~100 tokens) the floor is below ``2 * max_model_len`` and changes nothing.
+    :data:`MICRO_BATCH_BYTES`. With ``masked_attention`` (``attn_implementation: sdpa`` or
+    ``eager`` named explicitly: a packed micro-batch attends over all its tokens under a block
+    mask) it is also capped by :func:`micro_batch_token_cap`. The default attention
+    (flash-attention 2, or :mod:`~trinity.launcher.trainer.packed_attention` without it)
+    attends within each sequence, so a bigger micro-batch only saves fixed costs (measured on
+    this project's 2-core CPU: the realistic preset, hidden 512, trains a step in 4.2-4.4 s
+    with 1023-token micro-batches against 4.6 s with 512; the quickstart's 1084 tokens in one
+    micro-batch, 40 ms against 49 ms in two). For real LLMs (Qwen2.5-0.5B: ~100 tokens) the
+    floor is below ``2 * max_model_len`` and changes nothing.
 
     Returns 0 (no floor) when the model's ``config.json`` is not local or not readable.
     """
@@ -61,12 +61,21 @@ def micro_batch_token_floor(model_path: Optional[str]) -> int:
     except (OSError, ValueError, KeyError, TypeError):
         return 0
     per_token = 4 * (2 * vocab + 16 * layers * hidden)
-    return int(min(MICRO_BATCH_BYTES // per_token, micro_batch_token_cap(hidden)))
+    floor = MICRO_BATCH_BYTES // per_token
+    if masked_attention:
+        floor = min(floor, micro_batch_token_cap(hidden))
+    return int(floor)
 
 
 def micro_batch_token_cap(hidden_size: int) -> int:
-    """The most tokens a derived packed micro-batch holds for a model of ``hidden_size``
-    (see :func:`micro_batch_token_floor`): ``min(1024, 512 * sqrt(512 / hidden_size))``."""
+    """The most tokens a derived packed micro-batch holds under masked attention:
+    ``min(1024, 512 * sqrt(512 / hidden_size))``.
+
+    A packed micro-batch of ``T`` tokens under a block mask costs about
+    ``c + a*T*h^2 + b*T^2*h`` (a fixed cost, the projections, the masked attention), so the cost
+    per token is least at ``T ~ sqrt(c / (b*h))`` (measured on this project's 2-core CPU with
+    ``sdpa``: the realistic preset, hidden 512, trained a step in 4.1-4.3 s with 512-token
+    micro-batches against 4.4-4.5 s with 1023)."""
     import math
 
     return int(min(1024, 512 * math.sqrt(512 / max(hidden_size, 1))))
@@ -97,8 +106,8 @@ class VerlEngineSettings:
         model_path: a Hugging Face model directory (local; nothing is downloaded).
         tokenizer_path: defaults to ``model_path``.
         trust_remote_code: allow custom model code in the model directory.
-        attn_implementation: ``None`` = ``sdpa`` on CPU, ``flash_attention_2`` on CUDA when
-            ``flash_attn`` is installed (else ``sdpa``).
+        attn_implementation: ``None`` = ``flash_attention_2`` on CUDA when ``flash_attn`` is
+            installed, else ``sdpa_packed`` (:mod:`~trinity.launcher.trainer.packed_attention`).
     Precision and device:
         device: ``"cpu"``, ``"cuda"`` or ``None`` (CUDA when available).
         dtype: compute dtype of the forward/backward (FSDP ``param_dtype``): ``float32`` or
@@ -262,7 +271,9 @@ class VerlEngineSettings:
             max_tokens = math.ceil(2 * config.model.max_model_len / sp)
         if max_tokens is not None and "max_token_len_per_gpu" not in trainer.model_fields_set:
             # derived, not the user's: a small model gets micro-batches that fit its size
-            max_tokens = max(max_tokens, micro_batch_token_floor(config.model.model_path) // sp)
+            masked = overrides.get("attn_implementation") in ("sdpa", "eager")
+            floor = micro_batch_token_floor(config.model.model_path, masked_attention=masked)
+            max_tokens = max(max_tokens, floor // sp)
         if (
             trainer.use_dynamic_bsz
             and max_tokens is None
