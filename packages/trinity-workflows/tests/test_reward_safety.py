@@ -85,6 +85,24 @@ def test_async_reward_functions_are_awaited_with_a_timeout():
     assert slow.reward == 0.0 and "timed out" in slow.error
 
 
+def test_async_callers_of_blocking_rewards_wait_without_holding_threads():
+    """Twenty stuck reward calls at once (more than the event loop's executor has threads)
+    all time out together, and a good call beside them still scores."""
+
+    async def main():
+        calls = [compute_reward_async(Hangs(), timeout=0.5, response="r") for _ in range(20)]
+        calls.append(compute_reward_async(Scaled(2.0), timeout=5, response="7", truth="7"))
+        calls.append(compute_reward_async(Raises(), timeout=5, response="r"))
+        return await asyncio.gather(*calls)
+
+    start = time.monotonic()
+    *stuck, good, raised = asyncio.run(main())
+    assert time.monotonic() - start < 1.5  # one timeout, not one per executor thread
+    assert all(r.reward == 0.0 and "timed out after 0.5s" in r.error for r in stuck)
+    assert good.reward == 2.0 and good.error is None
+    assert raised.reward == 0.0 and "cannot score 'r'" in raised.error
+
+
 def test_build_reward_fn_names_unknown_arguments():
     with pytest.raises(TypeError, match=r"unknown argument\(s\) scal; allowed: scale"):
         build_reward_fn(Scaled, {"scal": 2})

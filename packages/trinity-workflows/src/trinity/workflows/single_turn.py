@@ -14,7 +14,9 @@ Workflow arguments understood by every single-turn workflow (``taskset.workflow_
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from trinity.common.experience import Experience
@@ -152,10 +154,7 @@ class SimpleWorkflow(ResettableWorkflowMixin, Workflow):
         responses = await self.model.chat_async(
             messages, **generation_kwargs(self.rollout_args, n=self.repeat_times)
         )
-        for i, exp in enumerate(responses):
-            apply_reward(exp, await self.score(exp))
-            exp.eid.run = self.run_id_base + i
-        return list(responses)
+        return await self.score_all(responses)
 
     def reward_kwargs(self, exp: Experience) -> dict[str, Any]:
         """Keyword arguments offered to the reward function for one response."""
@@ -165,6 +164,16 @@ class SimpleWorkflow(ResettableWorkflowMixin, Workflow):
             "prompt": self.task_desc,
             "raw_task": self.raw_task,
         }
+
+    async def score_all(self, responses: Sequence[Experience]) -> list[Experience]:
+        """Score the responses at once (each reward call has its own thread: scored one after
+        another, a task waited for ``repeat_times`` thread start-ups in a row) and number
+        their runs from ``run_id_base``."""
+        results = await asyncio.gather(*(self.score(exp) for exp in responses))
+        for i, (exp, result) in enumerate(zip(responses, results, strict=True)):
+            apply_reward(exp, result)
+            exp.eid.run = self.run_id_base + i
+        return list(responses)
 
     async def score(self, exp: Experience) -> RewardResult:
         """Score one response (never raises: failures give 0 and a ``reward_error``)."""
@@ -229,10 +238,7 @@ class MathBoxedWorkflow(SimpleWorkflow):
         responses = await self.model.generate_async(
             [self.format_prompt()], **generation_kwargs(self.rollout_args, n=self.repeat_times)
         )
-        for i, exp in enumerate(responses):
-            apply_reward(exp, await self.score(exp))
-            exp.eid.run = self.run_id_base + i
-        return list(responses)
+        return await self.score_all(responses)
 
     def reward_kwargs(self, exp: Experience) -> dict[str, Any]:
         return {

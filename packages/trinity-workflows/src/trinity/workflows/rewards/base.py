@@ -149,6 +149,55 @@ def _call_in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: Opt
     return done, box.get("value"), box.get("exc")
 
 
+async def _await_in_thread(
+    fn: Callable[..., Any], kwargs: dict[str, Any], timeout: Optional[float]
+) -> tuple[bool, Any, Optional[BaseException]]:
+    """:func:`_call_in_thread` for a coroutine: the daemon thread hands its outcome to the
+    event loop, which waits without holding a thread of its own (``asyncio.to_thread`` around
+    the blocking version held one of the loop's few executor threads per call, and a stuck
+    reward function held it for its whole timeout)."""
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future = loop.create_future()
+
+    def deliver(value: Any, exc: Optional[BaseException]) -> None:
+        if not outcome.done():  # not already given up on (timeout) or cancelled
+            outcome.set_result((value, exc))
+
+    def target() -> None:
+        value, exc = None, None
+        try:
+            value = fn(**kwargs)
+        except BaseException as err:  # noqa: BLE001 - reported to the caller
+            exc = err
+        try:
+            loop.call_soon_threadsafe(deliver, value, exc)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    threading.Thread(target=target, name="trinity-reward", daemon=True).start()
+    try:
+        value, exc = await asyncio.wait_for(outcome, timeout)
+    except asyncio.TimeoutError:
+        return False, None, None
+    return True, value, exc
+
+
+def _outcome(
+    name: str, timeout: Optional[float], done: bool, value: Any, exc: Optional[BaseException]
+) -> RewardResult:
+    """A reward call's :class:`RewardResult` from what its thread reported."""
+    if not done:
+        logger.warning("reward function %s timed out after %ss", name, timeout)
+        return RewardResult(0.0, error=f"{name} timed out after {timeout}s")
+    if exc is not None:
+        logger.warning("reward function %s raised %s: %s", name, type(exc).__name__, exc)
+        return RewardResult(0.0, error=f"{name} raised {type(exc).__name__}: {exc}")
+    try:
+        return _normalize(value)
+    except (TypeError, ValueError) as bad:
+        return RewardResult(0.0, error=f"{name}: {bad}")
+
+
 def compute_reward(
     reward_fn: Optional[Callable[..., Any]],
     timeout: Optional[float] = DEFAULT_REWARD_TIMEOUT,
@@ -167,17 +216,9 @@ def compute_reward(
     if reward_fn is None:
         return RewardResult(0.0, error="no reward function configured")
     name = getattr(reward_fn, "__name__", type(reward_fn).__name__)
-    done, value, exc = _call_in_thread(reward_fn, _filter_kwargs(reward_fn, kwargs), timeout)
-    if not done:
-        logger.warning("reward function %s timed out after %ss", name, timeout)
-        return RewardResult(0.0, error=f"{name} timed out after {timeout}s")
-    if exc is not None:
-        logger.warning("reward function %s raised %s: %s", name, type(exc).__name__, exc)
-        return RewardResult(0.0, error=f"{name} raised {type(exc).__name__}: {exc}")
-    try:
-        return _normalize(value)
-    except (TypeError, ValueError) as bad:
-        return RewardResult(0.0, error=f"{name}: {bad}")
+    return _outcome(
+        name, timeout, *_call_in_thread(reward_fn, _filter_kwargs(reward_fn, kwargs), timeout)
+    )
 
 
 async def compute_reward_async(
@@ -190,8 +231,10 @@ async def compute_reward_async(
     A reward function that is itself a coroutine function (an async LLM judge) is awaited with
     ``asyncio.wait_for``.
     """
-    if reward_fn is not None and _is_async_callable(reward_fn):
-        name = getattr(reward_fn, "__name__", type(reward_fn).__name__)
+    if reward_fn is None:
+        return RewardResult(0.0, error="no reward function configured")
+    name = getattr(reward_fn, "__name__", type(reward_fn).__name__)
+    if _is_async_callable(reward_fn):
         try:
             value = await asyncio.wait_for(
                 reward_fn(**_filter_kwargs(reward_fn, kwargs)), timeout=timeout
@@ -204,7 +247,8 @@ async def compute_reward_async(
             return _normalize(value)
         except (TypeError, ValueError) as bad:
             return RewardResult(0.0, error=f"{name}: {bad}")
-    return await asyncio.to_thread(compute_reward, reward_fn, timeout, **kwargs)
+    outcome = await _await_in_thread(reward_fn, _filter_kwargs(reward_fn, kwargs), timeout)
+    return _outcome(name, timeout, *outcome)
 
 
 def _is_async_callable(fn: Any) -> bool:
