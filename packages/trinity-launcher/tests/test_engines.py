@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 
 import pytest
 import torch
@@ -215,6 +216,58 @@ def test_vllm_on_cpu_runs_its_worker_inside_the_engine_core(vllm_engine):
     vllm_procs = [n for n in names if "VLLM" in n or "vllm" in n.lower()]
     assert len([n for n in vllm_procs if "EngineCore" in n]) == 1, names
     assert not [n for n in vllm_procs if "Worker" in n], names
+
+
+def test_the_forkserver_starts_only_inside_a_ray_actor(monkeypatch):
+    """Outside an actor vLLM forks or spawns by its own rules; nothing is started."""
+    from trinity.launcher.engines import core_forkserver
+
+    assert core_forkserver.start() is False
+    assert core_forkserver.use_for_engine_core() is False
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_vllm_engine_core_is_forked_from_a_preloaded_forkserver(vllm_engine):
+    """The engine core's parent is the forkserver the actor started (its vLLM imports ran
+    beside the actor's), not the actor, which runs Ray's threads and must not fork."""
+    psutil = pytest.importorskip("psutil")
+    pid = ray.get(vllm_engine.__ray_call__.remote(lambda actor: os.getpid()))
+    cores = [
+        p
+        for p in psutil.Process(pid).children(recursive=True)
+        if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()
+    ]
+    assert len(cores) == 1
+    parent = cores[0].parent()
+    assert parent.pid != pid and parent.ppid() == pid
+    assert "forkserver" in " ".join(parent.cmdline())
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_a_forked_engine_core_dies_with_its_forkserver_and_actor(ray_cluster, model_dir):
+    """Ray kills a dead actor's children, the forkserver among them, but not the engine core
+    (its grandchild): after a ``kill -9`` of the driver the core was left running. The kernel
+    now kills it with the forkserver (``PR_SET_PDEATHSIG``)."""
+    psutil = pytest.importorskip("psutil")
+    settings = EngineSettings(
+        model_path=model_dir, engine_type="vllm", max_model_len=128, dtype="float32", seed=0
+    )
+    handle = create_engine_actor(settings)
+    ray.get(handle.ready.remote(), timeout=600)
+    pid = ray.get(handle.__ray_call__.remote(lambda actor: os.getpid()))
+    tree = psutil.Process(pid).children(recursive=True)
+    cores = [p for p in tree if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()]
+    assert len(cores) == 1
+    forkserver = cores[0].parent()
+    assert forkserver.pid != pid  # forked from the forkserver, not from the actor
+    forkserver.kill()
+    gone, alive = psutil.wait_procs(cores, timeout=20)
+    assert not alive, "the engine core outlived its forkserver"
+    os.kill(pid, signal.SIGKILL)
+    gone, alive = psutil.wait_procs(tree, timeout=30)
+    assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
 
 
 @needs_vllm

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from trinity.common.models import GENERATION_KWARGS
+from trinity.launcher.engines import core_forkserver
 from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings, Sample
 from trinity.utils.log import get_logger
 
@@ -78,6 +79,8 @@ class VLLMEngine(BaseRolloutEngine):
         self._start_task: Optional[asyncio.Task] = None
         #: asleep, but the weights woken for an update (``wake_up`` then wakes the KV cache)
         self._weights_awake = False
+        if on_cpu():  # its vLLM imports run while this actor imports vLLM (core_forkserver)
+            core_forkserver.start({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
 
     # ------------------------------------------------------------------ lifecycle
     def engine_args(self) -> Any:
@@ -130,14 +133,16 @@ class VLLMEngine(BaseRolloutEngine):
             # is 1 on CPU) the worker runs inside the engine core: ~5 s less start-up and one
             # IPC hop less per step, the same seeded samples (docs/performance.md)
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        forked = core_forkserver.use_for_engine_core()
         self.llm = AsyncLLM.from_engine_args(self.engine_args())
         if self.settings.enable_openai_api:
             self.api_address = await self._start_api_server()
         logger.info(
-            "vLLM engine %s (%s) ready in %.1fs%s",
+            "vLLM engine %s (%s) ready in %.1fs%s%s",
             self.settings.engine_id,
             self.settings.display_name,
             time.monotonic() - began,
+            " (engine core forked from a preloaded forkserver)" if forked else "",
             f", OpenAI API at {self.api_address}/v1" if self.api_address else "",
         )
 
