@@ -454,6 +454,39 @@ class TestSerialization:
         assert len(entries) < 10
         assert entries["tokens|int64"].numel() == 50 * 5
 
+    @pytest.mark.parametrize(
+        "dtype",
+        [
+            torch.bool,
+            torch.uint8,
+            torch.int8,
+            torch.int32,
+            torch.int64,
+            torch.float16,
+            torch.float32,
+            torch.float64,
+            torch.bfloat16,
+        ],
+    )
+    def test_tensor_bytes_are_safetensors_own(self, dtype):
+        """The numpy writer used where dtypes allow writes exactly safetensors' torch bytes
+        (bfloat16, which numpy lacks, goes through the torch writer)."""
+        from safetensors.torch import save
+
+        from trinity.common.experience.serialization import _st_save
+
+        flat = {
+            "a|x": (torch.arange(12) % 3).to(dtype),
+            "b|y": torch.ones(3, dtype=dtype),
+            "c|int64": torch.arange(5),
+        }
+        assert _st_save(flat) == save(flat)
+        exp = _single([1, 2], [3], logprobs=[-0.5])
+        exp.logprobs = exp.logprobs.to(dtype) if dtype.is_floating_point else exp.logprobs
+        back = Experience.deserialize(exp.serialize())
+        assert back.logprobs.dtype == exp.logprobs.dtype
+        assert torch.equal(back.logprobs, exp.logprobs)
+
     def test_decoded_tensors_are_writable_and_independent(self):
         exps = Experience.deserialize_many(
             Experience.serialize_many([_single([1], [2, 3]), _single([1], [4, 5])])

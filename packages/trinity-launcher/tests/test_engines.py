@@ -642,3 +642,53 @@ def test_a_wrapper_over_an_actor_takes_its_experiences_as_wire_bytes(ray_cluster
     assert [e.tokens.tolist() for e in remote] == [e.tokens.tolist() for e in local]
     assert [e.response_text for e in remote] == [e.response_text for e in local]
     ray.kill(handle)
+
+
+_FORK_TREE = r"""
+import os, sys, time
+import trinity.launcher.engines._core_child  # as the forkserver imports it
+out = sys.argv[1]
+core = os.fork()
+if core == 0:  # the forkserver's child: tied to it
+    grandchild = os.fork()
+    if grandchild == 0:  # forked by the core: not tied to the core
+        time.sleep(1.5)
+        open(out + ".grandchild", "w").write(str(os.getpid()))
+        os._exit(0)
+    open(out + ".core", "w").write(str(os.getpid()))
+    os._exit(0)  # the core exits first; its child lives on
+time.sleep(0.5)
+second = os.fork()
+if second == 0:
+    open(out + ".second", "w").write(str(os.getpid()))
+    time.sleep(60)
+    os._exit(0)
+time.sleep(0.5)
+os.kill(os.getpid(), 9)  # the forkserver dies: its live child must die with it
+"""
+
+
+def test_forkserver_children_die_with_it_and_their_own_children_do_not(tmp_path):
+    """``_core_child``: a process the forkserver forks gets SIGKILL when the forkserver dies;
+    what such a process forks itself is not tied to anything."""
+    import subprocess
+    import sys
+    import time
+
+    out = str(tmp_path / "tree")
+    subprocess.run([sys.executable, "-c", _FORK_TREE, out], timeout=60)
+    second = int(open(out + ".second").read())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(second, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(second, signal.SIGKILL)
+        pytest.fail("the forkserver's child outlived it")
+    deadline = time.monotonic() + 10
+    while not os.path.exists(out + ".grandchild") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert os.path.exists(out + ".grandchild"), "a process forked by a core was killed"

@@ -15,9 +15,16 @@ import signal
 
 _PR_SET_PDEATHSIG = 1
 _SERVER_PID = os.getpid()
+#: True in the forkserver's children (and theirs, which inherit it: only direct children of
+#: the forkserver are tied to it; a process an engine core forks is the core's business)
+_FORKED_BY_SERVER = False
 
 
 def _die_with_the_forkserver() -> None:
+    global _FORKED_BY_SERVER
+    if _FORKED_BY_SERVER:
+        return
+    _FORKED_BY_SERVER = True
     try:
         import ctypes
 
