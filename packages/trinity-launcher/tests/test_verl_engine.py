@@ -232,6 +232,25 @@ def test_packed_sequences_attend_without_a_block_mask_on_cpu(engine):
     assert engine.module.config._attn_implementation == "sdpa_packed"
 
 
+def test_a_tiny_model_trains_on_one_cpu_thread(model_path):
+    """``cpu_threads`` is derived from the model's width (1 up to hidden 128, else torch's
+    default); a bad value is refused naming the field."""
+    from trinity.common.config import Config
+    from trinity.launcher.trainer.verl_settings import (
+        SINGLE_THREAD_MAX_HIDDEN,
+        cpu_threads_for,
+    )
+
+    hidden = json.loads((Path(model_path) / "config.json").read_text())["hidden_size"]
+    assert hidden <= SINGLE_THREAD_MAX_HIDDEN and cpu_threads_for(model_path) == 1
+    assert cpu_threads_for("/not/local") is None
+    config = Config.model_validate({"model": {"model_path": model_path, "max_model_len": 18}})
+    assert VerlEngineSettings.from_config(config).cpu_threads == 1
+    assert VerlEngineSettings.from_config(config, cpu_threads=2).cpu_threads == 2
+    with pytest.raises(ValueError, match=r"cpu_threads=0 is invalid; allowed: a positive"):
+        VerlEngineSettings(model_path=model_path, cpu_threads=0)
+
+
 def test_settings_from_trinity_config():
     from trinity.common.config import Config
 

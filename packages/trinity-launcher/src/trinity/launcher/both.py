@@ -70,6 +70,7 @@ from trinity.launcher.both_checkpoint import (  # noqa: F401 - re-exported
 )
 from trinity.launcher.resume import changed_settings, truncate_metrics
 from trinity.launcher.synchronizer import Synchronizer  # noqa: F401 - re-exported
+from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -474,6 +475,7 @@ def run_both(config: Config, progress: Any = None) -> dict:
             await explorer.shutdown()
             raise built
         trainer = built
+        freeze_startup_heap()  # set up: full collections no longer walk the imports' objects
         try:
             try:
                 if isinstance(prepared, BaseException):

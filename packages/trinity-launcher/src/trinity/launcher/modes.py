@@ -22,6 +22,7 @@ from trinity.common.config import Config
 from trinity.launcher.explorer import Explorer
 from trinity.launcher.logs import worker_runtime_env
 from trinity.launcher.progress import ProgressReporter
+from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
 
 __all__ = [
@@ -150,6 +151,7 @@ async def _drive(explorer: Explorer, run: Callable[[], Awaitable[T]]) -> T:
         await explorer.prepare()
         if explorer.record is not None and explorer.pipeline is not None:
             explorer.record.restore_output(explorer.pipeline.writer)
+        freeze_startup_heap()  # set up: full collections no longer walk the imports' objects
         return await run()
     finally:
         await explorer.shutdown()

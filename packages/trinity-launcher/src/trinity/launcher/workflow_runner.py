@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from trinity.common.experience import Experience
 from trinity.common.workflows import Task, Workflow, run_task_async
+from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
 from trinity.utils.plugin_loader import load_plugins
 
@@ -74,6 +75,7 @@ class WorkflowRunner:
                     await EngineModelWrapper.create(e) for e in self._auxiliary_engines
                 ]
                 self.model = await EngineModelWrapper.create(self._engine)
+                freeze_startup_heap()  # connected: nothing left to set up in this process
         return os.getpid()
 
     async def run_task(self, task: Task, run_id_base: int = 0) -> dict[str, Any]:

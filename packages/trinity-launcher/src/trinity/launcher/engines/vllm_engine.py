@@ -41,6 +41,7 @@ from torch import Tensor
 from trinity.common.models import GENERATION_KWARGS
 from trinity.launcher.engines import core_forkserver
 from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings, Sample
+from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
 
 __all__ = ["VLLMEngine", "on_cpu"]
@@ -137,6 +138,7 @@ class VLLMEngine(BaseRolloutEngine):
         self.llm = AsyncLLM.from_engine_args(self.engine_args())
         if self.settings.enable_openai_api:
             self.api_address = await self._start_api_server()
+        freeze_startup_heap()  # vLLM does the same in its engine core
         logger.info(
             "vLLM engine %s (%s) ready in %.1fs%s%s",
             self.settings.engine_id,

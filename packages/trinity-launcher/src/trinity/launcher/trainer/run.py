@@ -20,6 +20,7 @@ from trinity.common.config import Config
 from trinity.launcher.trainer.data import DatasetExperienceReader, EndOfData, build_trainer_readers
 from trinity.launcher.trainer.trainer import Trainer
 from trinity.launcher.trainer.workers import trainer_world_size
+from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -190,6 +191,7 @@ def _run_train(
                 if dropped:
                     logger.info("Resumed at step %d: %d later records dropped", step, dropped)
         monitor = monitor or create_monitor(config)
+        freeze_startup_heap()  # set up: full collections no longer walk the imports' objects
         return _train_loop(config, trainer, monitor, progress)
     finally:
         trainer.close()

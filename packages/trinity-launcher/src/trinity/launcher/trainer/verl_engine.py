@@ -166,6 +166,8 @@ class VerlTrainEngine(VerlWeightsMixin):
         from verl.workers.engine import EngineRegistry
 
         s = self.settings
+        if self.device == "cpu" and s.cpu_threads:
+            torch.set_num_threads(s.cpu_threads)  # see verl_settings.cpu_threads_for
         attn = s.attn_implementation or _default_attn_implementation(self.device)
         if attn == PACKED_SDPA:
             register_packed_sdpa()  # in this process, before verl loads the model

@@ -26,6 +26,44 @@ if TYPE_CHECKING:
 MICRO_BATCH_BYTES = 256 * 2**20
 
 
+def _model_dims(model_path: Optional[str]) -> Optional[tuple[int, int, int]]:
+    """``(vocab_size, hidden_size, num_hidden_layers)`` from a local ``config.json``, or
+    ``None`` when it is not local or not readable."""
+    import json
+    import os
+
+    if not model_path or not os.path.isfile(os.path.join(model_path, "config.json")):
+        return None
+    try:
+        with open(os.path.join(model_path, "config.json")) as f:
+            cfg = json.load(f)
+        cfg = cfg.get("text_config", cfg)
+        return int(cfg["vocab_size"]), int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+#: Widest model whose CPU training runs on one intra-op thread by default.
+SINGLE_THREAD_MAX_HIDDEN = 128
+
+
+def cpu_threads_for(model_path: Optional[str]) -> Optional[int]:
+    """The trainer's torch intra-op threads on CPU: 1 for a model no wider than
+    :data:`SINGLE_THREAD_MAX_HIDDEN`, else ``None`` (torch's default: every core).
+
+    A tiny model's ops are too small to gain from a second thread, and inside a run the
+    trainer shares the cores with the explorer's processes and its own process's threads: an
+    OpenMP region then waits for a thread that has no core. Measured on the 2-core quickstart
+    (hidden 64), the train step inside the run took 62 ms with 2 threads and 47 ms with 1
+    (in isolation: 40 and 44 ms); the realistic preset (hidden 512) needs both cores (its train
+    step in isolation: 4.3 s with 2 threads, 7.2 s with 1).
+    """
+    dims = _model_dims(model_path)
+    if dims is None:
+        return None
+    return 1 if dims[1] <= SINGLE_THREAD_MAX_HIDDEN else None
+
+
 def micro_batch_token_floor(model_path: Optional[str], masked_attention: bool = False) -> int:
     """The fewest tokens a derived micro-batch budget holds for the model at ``model_path``.
 
@@ -47,19 +85,10 @@ def micro_batch_token_floor(model_path: Optional[str], masked_attention: bool = 
 
     Returns 0 (no floor) when the model's ``config.json`` is not local or not readable.
     """
-    import json
-    import os
-
-    if not model_path or not os.path.isfile(os.path.join(model_path, "config.json")):
+    dims = _model_dims(model_path)
+    if dims is None:
         return 0
-    try:
-        with open(os.path.join(model_path, "config.json")) as f:
-            cfg = json.load(f)
-        cfg = cfg.get("text_config", cfg)
-        vocab, hidden = int(cfg["vocab_size"]), int(cfg["hidden_size"])
-        layers = int(cfg["num_hidden_layers"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
+    vocab, hidden, layers = dims
     per_token = 4 * (2 * vocab + 16 * layers * hidden)
     floor = MICRO_BATCH_BYTES // per_token
     if masked_attention:
@@ -133,6 +162,8 @@ class VerlEngineSettings:
     Memory and parallelism: gradient_checkpointing, param_offload, optimizer_offload,
         ulysses_sequence_parallel_size, fsdp_size (``-1``: shard over all ranks).
     Other:
+        cpu_threads: torch intra-op threads of the process the engine runs in, on CPU
+            (``None``: torch's default; ``from_config`` derives :func:`cpu_threads_for`).
         seed: seeds torch's RNGs when the engine is built.
         use_torch_compile: compile verl's entropy kernel (``None``: on CUDA only).
         full_determinism: verl's deterministic mode (slower).
@@ -170,6 +201,7 @@ class VerlEngineSettings:
     optimizer_offload: bool = False
     ulysses_sequence_parallel_size: int = 1
     fsdp_size: int = -1
+    cpu_threads: Optional[int] = None
     seed: int = 42
     use_torch_compile: Optional[bool] = None
     full_determinism: bool = False
@@ -184,6 +216,8 @@ class VerlEngineSettings:
             raise bad("model_path", self.model_path, "a Hugging Face model directory")
         if self.device not in (None, "cpu", "cuda"):
             raise bad("device", self.device, "'cpu', 'cuda' or None (CUDA when available)")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise bad("cpu_threads", self.cpu_threads, "a positive integer or None")
         if self.dtype is not None and self.dtype not in _DTYPES:
             raise bad("dtype", self.dtype, f"{', '.join(_DTYPES)} or None")
         if self.optimizer.lower() not in _OPTIMIZERS:
@@ -312,6 +346,7 @@ class VerlEngineSettings:
         )
         if actor.get("ppo_micro_batch_size_per_gpu"):
             kwargs["micro_batch_size"] = int(actor["ppo_micro_batch_size_per_gpu"])
+        kwargs["cpu_threads"] = cpu_threads_for(config.model.model_path)
         if "enable_gradient_checkpointing" in model:
             kwargs["gradient_checkpointing"] = bool(model["enable_gradient_checkpointing"])
         kwargs.update(overrides)
