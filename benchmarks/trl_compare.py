@@ -255,6 +255,20 @@ def train_step_check(
     """Trinity's train step against bare HF forward+backward over the same unpadded tokens
     (with ``profile``, also print a cProfile of one Trinity step)."""
     import torch
+
+    # the engine may set this process's torch threads for its model (cpu_threads): the next
+    # config's check starts from the process's own setting again
+    threads = torch.get_num_threads()
+    try:
+        return _train_step_check(name, model, workdir, reps, profile)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_step_check(
+    name: str, model: str, workdir: Path, reps: int, profile: bool
+) -> dict[str, Any]:
+    import torch
     from transformers import AutoModelForCausalLM
 
     from trinity.common.config import load_config
