@@ -105,17 +105,19 @@ def packed_causal_attention(
     return out.index_select(0, token_slot).reshape(1, t, heads, dim)
 
 
-_LAYOUT_CACHE: dict[str, Any] = {"key": None, "layout": None}
+#: ``(position_ids, its version counter, layout)`` of the last forward, as one tuple: read
+#: and replaced whole, so two threads running models at once never pair one's tensor with the
+#: other's layout.
+_LAST_LAYOUT: list[Any] = [None]
 
 
 def _layout_for(position_ids: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor, int]]:
     # every layer of one forward passes the same position_ids tensor: compute its layout once
-    key = (position_ids, position_ids._version)
-    cached = _LAYOUT_CACHE["key"]
-    if cached is not None and cached[0] is key[0] and cached[1] == key[1]:
-        return _LAYOUT_CACHE["layout"]
+    last = _LAST_LAYOUT[0]
+    if last is not None and last[0] is position_ids and last[1] == position_ids._version:
+        return last[2]
     layout = packed_layout(position_ids)
-    _LAYOUT_CACHE["key"], _LAYOUT_CACHE["layout"] = key, layout
+    _LAST_LAYOUT[0] = (position_ids, position_ids._version, layout)
     return layout
 
 
