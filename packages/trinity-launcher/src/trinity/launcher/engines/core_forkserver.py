@@ -11,7 +11,7 @@ it when the actor is constructed, so its imports run beside the actor's own;
 :func:`use_for_engine_core` makes vLLM's engine launcher take its processes from it.
 
 Children inherit the forkserver's environment, not the actor's at fork time: environment
-variables the engine core needs are set before :func:`start` (see :data:`CORE_ENVIRONMENT`).
+variables the engine core needs are set by :func:`start` (the engine passes them).
 Importing vLLM sets a few more (``LD_LIBRARY_PATH``, ``TORCHINDUCTOR_COMPILE_THREADS``, ...) in
 both processes alike; anything else the actor changed makes :func:`use_for_engine_core` refuse
 (it returns ``False`` and vLLM spawns as before).
@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from trinity.utils.log import get_logger
 
-__all__ = ["CORE_ENVIRONMENT", "PRELOAD", "start", "use_for_engine_core"]
+__all__ = ["PRELOAD", "start", "use_for_engine_core"]
 
 logger = get_logger(__name__)
 
@@ -36,12 +36,6 @@ PRELOAD = (
     "vllm.v1.engine.core",
     "vllm.v1.executor.uniproc_executor",
 )
-
-#: Environment the engine core reads that the actor sets before starting it
-#: (see ``VLLMEngine._start``): set here before the forkserver starts, so children have it.
-CORE_ENVIRONMENT = {
-    "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
-}
 
 _STATE: dict[str, Any] = {"context": None, "environ": None}
 
@@ -57,8 +51,9 @@ _SET_BY_VLLM_IMPORT = frozenset(
 )
 
 
-def start(extra_environment: Optional[dict[str, str]] = None) -> bool:
-    """Launch the forkserver (once per process) with :data:`PRELOAD`; returns whether it runs.
+def start(environment: Optional[dict[str, str]] = None) -> bool:
+    """Launch the forkserver (once per process) with :data:`PRELOAD`, ``environment`` set
+    first where unset (its children inherit it); returns whether it runs.
 
     Only inside a Ray actor (elsewhere vLLM forks or spawns by its own rules), and not with
     ``TRINITY_VLLM_SPAWN_CORE=1`` in the environment."""
@@ -73,7 +68,7 @@ def start(extra_environment: Optional[dict[str, str]] = None) -> bool:
             return False
     except Exception:  # noqa: BLE001 - no Ray, or no runtime context: not an actor
         return False
-    for key, value in {**CORE_ENVIRONMENT, **(extra_environment or {})}.items():
+    for key, value in (environment or {}).items():
         os.environ.setdefault(key, value)
     try:
         context = multiprocessing.get_context("forkserver")

@@ -69,6 +69,22 @@ def _reload_from_file(worker: Any, path: str) -> bool:
     return True
 
 
+def _core_environment() -> dict[str, str]:
+    """Environment the engine-core process must start with (set where unset, before it is
+    spawned or its forkserver starts: it inherits the variables then)."""
+    env = {
+        # weight reloads send a function to the workers (vLLM pickles it only when allowed)
+        "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+    }
+    if on_cpu():
+        # vLLM's CPU build otherwise forces its multiprocessing executor, a worker process
+        # beside the engine-core process, each importing vLLM; with this (tensor parallel is 1
+        # on CPU) the worker runs inside the engine core: ~5 s less start-up and one IPC hop
+        # less per step, the same seeded samples (docs/performance.md)
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    return env
+
+
 class VLLMEngine(BaseRolloutEngine):
     """An ``AsyncLLM`` with Trinity's engine interface and, optionally, vLLM's own
     OpenAI-compatible server on loopback (``enable_openai_api``)."""
@@ -81,7 +97,7 @@ class VLLMEngine(BaseRolloutEngine):
         #: asleep, but the weights woken for an update (``wake_up`` then wakes the KV cache)
         self._weights_awake = False
         if on_cpu():  # its vLLM imports run while this actor imports vLLM (core_forkserver)
-            core_forkserver.start({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+            core_forkserver.start(_core_environment())
 
     # ------------------------------------------------------------------ lifecycle
     def engine_args(self) -> Any:
@@ -125,15 +141,8 @@ class VLLMEngine(BaseRolloutEngine):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         began = time.monotonic()
-        # weight reloads send a function to the workers (vLLM pickles it only when allowed);
-        # set before the engine core process is spawned so it inherits the setting
-        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-        if on_cpu():
-            # vLLM's CPU build otherwise forces its multiprocessing executor, a worker process
-            # beside the engine-core process, each importing vLLM; with this (tensor parallel
-            # is 1 on CPU) the worker runs inside the engine core: ~5 s less start-up and one
-            # IPC hop less per step, the same seeded samples (docs/performance.md)
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        for key, value in _core_environment().items():  # before the engine core starts
+            os.environ.setdefault(key, value)
         forked = core_forkserver.use_for_engine_core()
         self.llm = AsyncLLM.from_engine_args(self.engine_args())
         if self.settings.enable_openai_api:
