@@ -8,6 +8,8 @@ import time
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ray = pytest.importorskip("ray")
 
@@ -15,7 +17,12 @@ from trinity.buffer.buffer_reader import get_buffer_reader  # noqa: E402
 from trinity.buffer.buffer_writer import get_buffer_writer  # noqa: E402
 from trinity.buffer.storage.errors import QueueReadTimeout  # noqa: E402
 from trinity.buffer.storage.queue import PriorityReplayQueue  # noqa: E402
-from trinity.buffer.storage.ray_queue import RayQueueClient, kill_ray_queue  # noqa: E402
+from trinity.buffer.storage.ray_queue import (  # noqa: E402
+    QueueActor,
+    RayQueueClient,
+    _decode,
+    kill_ray_queue,
+)
 from trinity.common.config import ExperienceBufferConfig  # noqa: E402
 from trinity.common.experience import Experience  # noqa: E402
 
@@ -136,3 +143,52 @@ def test_step_ends_and_flush_cross_the_process_boundary():
     assert [e.info["i"] for e in asyncio.run(reader.read_async())] == [7]
     writer.release()
     kill_ray_queue(cfg)
+
+
+def test_a_fifo_read_of_whole_writes_hands_their_payloads_through_unchanged():
+    """The FIFO actor keeps each write's bytes: a read of whole writes returns them as sent,
+    a read that splits a write re-encodes only its part, and every row arrives once, in order."""
+    cfg = config("ray-pass", capacity=32)
+    client = get_buffer_writer(cfg).queue
+    actor = client.actor
+    first = Experience.serialize_many([make_exp(i) for i in range(4)])
+    second = Experience.serialize_many([make_exp(i) for i in range(4, 7)])
+    assert ray.get(actor.put.remote(first, None, 4)) == ("ok", None)
+    assert ray.get(actor.put.remote(second, None, 3)) == ("ok", None)
+    status, payloads = ray.get(actor.get.remote(7, 1.0))
+    assert status == "ok" and payloads == [first, second]
+
+    # a write without its size (an older client) is counted by decoding it
+    assert ray.get(actor.put.remote(first, None)) == ("ok", None)
+    client.put([make_exp(i) for i in range(4, 9)])
+    status, payloads = ray.get(actor.get.remote(6, 1.0))  # all of the first, 2 of the second
+    assert payloads[0] == first and len(payloads) == 2
+    assert [e.info["i"] for e in Experience.deserialize_many(payloads[1])] == [4, 5]
+    assert [e.info["i"] for e in client.get(3, timeout=1.0)] == [6, 7, 8]
+    assert client.qsize() == 0
+    kill_ray_queue(cfg)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    writes=st.lists(st.integers(1, 5), min_size=1, max_size=6),
+    batch=st.integers(1, 7),
+    sized=st.booleans(),
+)
+def test_fifo_reads_of_any_size_return_every_write_in_order(writes, batch, sized):
+    """The actor's body in-process (what runs inside the Ray actor): any split of any writes."""
+    body = QueueActor(config("prop", capacity=40, batch_size=batch))
+    body.acquire()
+    n = 0
+    for size in writes:
+        payload = Experience.serialize_many([make_exp(n + j) for j in range(size)])
+        assert body.put(payload, None, size if sized else 0) == ("ok", None)
+        n += size
+    body.release()
+    got: list[int] = []
+    while (outcome := body.get(batch, 1.0))[0] == "ok":
+        batch_ids = [e.info["i"] for e in _decode(outcome[1])]
+        assert 0 < len(batch_ids) <= batch
+        got += batch_ids
+    assert outcome == ("end", None)
+    assert got == list(range(n))
