@@ -75,9 +75,10 @@ def ray_init_kwargs(config: Config) -> dict[str, Any]:
 
     ``cluster.ray_address`` other than ``auto`` joins that cluster; ``auto`` joins the cluster
     in ``RAY_ADDRESS`` when set, else starts a local Ray with this machine's CPUs (its session
-    directory in ``TRINITY_RAY_TMPDIR`` when set, no idle workers prestarted). Every Ray process gets the run's environment
-    and log set-up (:func:`trinity.launcher.logs.worker_runtime_env`); worker output is sent to
-    the driver, which writes it to the run's log file (the console with ``--verbose``).
+    directory in ``TRINITY_RAY_TMPDIR`` when set, no idle workers prestarted). Every Ray
+    process gets the run's environment and log set-up
+    (:func:`trinity.launcher.logs.worker_runtime_env`); worker output is sent to the driver,
+    which writes it to the run's log file (the console with ``--verbose``).
     """
     kwargs: dict[str, Any] = {
         "namespace": config.ray_namespace or None,
