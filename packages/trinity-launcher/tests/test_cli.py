@@ -192,33 +192,3 @@ def test_explore_mode_refuses_bad_input_before_starting_anything(valid_config, t
     assert out.returncode == 2, out.stdout + out.stderr
     assert "explorer.rollout_model.engine_type" in out.stderr and "'sglang'" in out.stderr
     assert "transformers" in out.stderr and "Traceback" not in out.stderr
-
-
-@pytest.mark.parametrize("mode", ["both", "train", "explore"])
-def test_a_run_whose_local_model_does_not_exist_is_refused_before_starting(
-    valid_config, tmp_path, mode
-):
-    """``--dry-run`` passes (a script may build the model first); the run itself says which
-    field names a missing path instead of failing in vLLM or transformers with a hub-id error."""
-    text = f"mode: {mode}\n" + valid_config.read_text().replace(
-        "      default_workflow_type: math_workflow\n",
-        "      default_workflow_type: math_workflow\n"
-        "      format:\n        prompt_key: question\n        response_key: answer\n",
-    )
-    if mode == "train":
-        rows = tmp_path / "sft.jsonl"
-        rows.write_text('{"prompt": "1+1=", "response": "2"}\n')
-        text = text.replace("algorithm_type: grpo", "algorithm_type: sft")
-        text += (  # under buffer:, the fixture's last section
-            "  train_batch_size: 2\n"
-            "  trainer_input:\n    experience_buffer:\n      storage_type: file\n"
-            f"      path: {rows}\n      schema_type: sft\n"
-        )
-    config = tmp_path / f"{mode}.yaml"
-    config.write_text(text)
-    assert _run(str(BIN / "trinity-launch"), str(config), "--dry-run").returncode == 0
-    out = _run(str(BIN / "trinity-launch"), str(config))
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert f"model.model_path: '{tmp_path / 'model'}' does not exist" in out.stderr, out.stderr
-    assert "tiny_model" in out.stderr and "Traceback" not in out.stderr
-    assert "Starting Ray" not in out.stdout + out.stderr

@@ -30,7 +30,6 @@ __all__ = [
     "LaunchInputError",
     "ray_init_kwargs",
     "ray_session",
-    "require_local_models",
     "run_bench",
     "run_explore",
 ]
@@ -47,43 +46,6 @@ T = TypeVar("T")
 
 class LaunchInputError(ValueError):
     """The run's input cannot work (found before anything was started)."""
-
-
-def _unmistakably_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or path in (".", "..")
-
-
-def require_local_models(config: Config) -> None:
-    """Every model the run loads from a local path (``model.model_path``, a rollout or
-    auxiliary model's own ``model_path``) exists (called by :func:`ray_session`, and by mode
-    ``train``'s single-process trainer).
-
-    ``--dry-run`` does not ask this (``examples/quickstart.yaml`` names the model that
-    ``scripts/quickstart.sh`` builds first); a run does, or vLLM and transformers would fail
-    at start-up with a hub-id error that names neither the field nor the path. A relative
-    name such as ``Qwen/Qwen2.5-0.5B`` may be a hub id and is left to the loaders.
-
-    Raises:
-        LaunchInputError: naming each missing path's field.
-    """
-    fields = [("model.model_path", config.model.model_path)]
-    if config.mode != "train":  # the explorer's engines
-        rollout = config.explorer.rollout_model
-        fields.append(("explorer.rollout_model.model_path", rollout.model_path))
-        fields += [
-            (f"explorer.auxiliary_models[{i}].model_path", aux.model_path)
-            for i, aux in enumerate(config.explorer.auxiliary_models)
-        ]
-    missing = []
-    for field, path in fields:
-        if path and _unmistakably_local(path) and not os.path.exists(os.path.expanduser(path)):
-            missing.append(f"{field}: {path!r} does not exist")
-    if missing:
-        raise LaunchInputError(
-            "; ".join(missing) + ". Give an existing model directory (config.json and weights) "
-            "or a Hugging Face hub id; `python -m trinity.launcher.tiny_model PATH` builds a "
-            "tiny local one. Nothing was started."
-        )
 
 
 def _input_errors() -> tuple[type[BaseException], ...]:
@@ -144,16 +106,12 @@ def ray_init_kwargs(config: Config) -> dict[str, Any]:
 @contextlib.contextmanager
 def ray_session(config: Config) -> Iterator[None]:
     """Ray for the duration of a run: started (and shut down) here unless the caller has
-    already initialised it (tests, notebooks), in which case it is used and left running.
-
-    A run that starts Ray itself first checks :func:`require_local_models`: the modes have
-    checked their other input by then, and nothing has started yet."""
+    already initialised it (tests, notebooks), in which case it is used and left running."""
     import ray
 
     if ray.is_initialized():
         yield
         return
-    require_local_models(config)
     kwargs = ray_init_kwargs(config)
     logger.info(
         "Starting Ray (%s)",

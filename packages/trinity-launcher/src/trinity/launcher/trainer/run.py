@@ -159,7 +159,7 @@ def run_train(config: Config, monitor: Any = None, progress: Any = None) -> dict
     With several trainer ranks (:func:`~trinity.launcher.trainer.workers.trainer_world_size`)
     the engines run as Ray workers, in a Ray session started here unless one is running.
     """
-    from trinity.launcher.modes import ray_session, require_local_models
+    from trinity.launcher.modes import ray_session
     from trinity.launcher.trainer.verl_compat import default_device
 
     if trainer_world_size(config, default_device()) > 1:
@@ -169,7 +169,6 @@ def run_train(config: Config, monitor: Any = None, progress: Any = None) -> dict
         layout = trainer_layout(config)
         with ray_session(config), placement_session(config, **layout) as placement:
             return _run_train(config, monitor, progress, placement)
-    require_local_models(config)
     return _run_train(config, monitor, progress)
 
 
