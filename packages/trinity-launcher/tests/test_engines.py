@@ -202,20 +202,85 @@ def test_vllm_generate_and_scoring_at_another_temperature(wrapper, hf_model):
 
 @needs_vllm
 @pytest.mark.slow
-def test_vllm_on_cpu_runs_its_worker_inside_the_engine_core(vllm_engine):
-    """Two processes, not three: the engine actor and vLLM's engine core, which runs the model
-    itself (vLLM's CPU build would otherwise add a worker process, importing vLLM once more)."""
+def test_vllm_on_cpu_runs_its_engine_core_on_a_thread_of_the_actor(vllm_engine):
+    """One process: vLLM's engine core (which runs the model itself) is a thread of the engine
+    actor, with no engine-core process, forkserver or worker beside it (each imported torch
+    and vLLM again at start-up)."""
     psutil = pytest.importorskip("psutil")
-    pid = ray.get(vllm_engine.__ray_call__.remote(lambda actor: os.getpid()))
+
+    def layout(actor):
+        import threading
+
+        return os.getpid(), [t.name for t in threading.enumerate()]
+
+    pid, threads = ray.get(vllm_engine.__ray_call__.remote(layout))
+    assert "vllm-engine-core" in threads
     names = []
     for child in psutil.Process(pid).children(recursive=True):
         try:
             names.append(" ".join(child.cmdline()) or child.name())
         except psutil.NoSuchProcess:
             continue
-    vllm_procs = [n for n in names if "VLLM" in n or "vllm" in n.lower()]
-    assert len([n for n in vllm_procs if "EngineCore" in n]) == 1, names
-    assert not [n for n in vllm_procs if "Worker" in n], names
+    assert not [n for n in names if "vllm" in n.lower() or "forkserver" in n], names
+
+
+def _break_the_model(actor) -> bool:
+    """Make the next engine step fail inside vLLM (its model executor raises)."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected model failure")
+
+    actor.llm.engine_core.engine_core.model_executor.execute_model = broken
+    return True
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_a_failing_engine_core_thread_fails_its_requests_and_reports_the_engine_dead(
+    ray_cluster, model_dir
+):
+    """The in-process core's step raises: the waiting request fails instead of hanging, later
+    calls fail at once, and the health check the supervisor uses reports the death (so the
+    engine is replaced, as when vLLM's engine-core process dies)."""
+    from trinity.launcher.engines.supervisor import engine_death
+
+    settings = EngineSettings(
+        model_path=model_dir, engine_type="vllm", max_model_len=64, dtype="float32", seed=0
+    )
+    handle = create_engine_actor(settings)
+    ray.get(handle.ready.remote(), timeout=600)
+    assert len(ray.get(handle.chat.remote(MESSAGES, n=1, max_tokens=2), timeout=120)) == 1
+    assert run(engine_death(handle)) is None
+    ray.get(handle.__ray_call__.remote(_break_the_model))
+    with pytest.raises(ray.exceptions.RayTaskError) as failed:
+        ray.get(handle.chat.remote(MESSAGES, n=1, max_tokens=2), timeout=120)
+    assert "EngineDeadError" in str(failed.value) or "injected model failure" in str(failed.value)
+    with pytest.raises(ray.exceptions.RayTaskError, match="EngineDeadError"):
+        ray.get(handle.chat.remote(MESSAGES, n=1, max_tokens=2), timeout=60)
+    death = run(engine_death(handle))
+    assert death is not None and "EngineDeadError" in death, death
+    ray.kill(handle)
+
+
+@needs_vllm
+def test_vllm_keeps_its_stats_only_for_its_openai_server(model_dir):
+    """vLLM's throughput log and Prometheus counters cost a few ms per quickstart step; their
+    only reader is the OpenAI server's ``/metrics``, so they run only with that server."""
+    from trinity.launcher.engines.vllm_engine import VLLMEngine
+
+    plain = EngineSettings(model_path=model_dir, engine_type="vllm", max_model_len=64)
+    served = EngineSettings(
+        model_path=model_dir, engine_type="vllm", max_model_len=64, enable_openai_api=True
+    )
+    assert VLLMEngine(plain).engine_args().disable_log_stats is True
+    assert VLLMEngine(served).engine_args().disable_log_stats is False
+    override = EngineSettings(
+        model_path=model_dir,
+        engine_type="vllm",
+        max_model_len=64,
+        extra_engine_args={"disable_log_stats": False},
+    )
+    assert VLLMEngine(override).engine_args().disable_log_stats is False
 
 
 def test_the_forkserver_starts_only_inside_a_ray_actor(monkeypatch):
@@ -228,40 +293,26 @@ def test_the_forkserver_starts_only_inside_a_ray_actor(monkeypatch):
 
 @needs_vllm
 @pytest.mark.slow
-def test_vllm_engine_core_is_forked_from_a_preloaded_forkserver(vllm_engine):
-    """The engine core's parent is the forkserver the actor started (its vLLM imports ran
-    beside the actor's), not the actor, which runs Ray's threads and must not fork."""
-    psutil = pytest.importorskip("psutil")
-    pid = ray.get(vllm_engine.__ray_call__.remote(lambda actor: os.getpid()))
-    cores = [
-        p
-        for p in psutil.Process(pid).children(recursive=True)
-        if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()
-    ]
-    assert len(cores) == 1
-    parent = cores[0].parent()
-    assert parent.pid != pid and parent.ppid() == pid
-    assert "forkserver" in " ".join(parent.cmdline())
-
-
-@needs_vllm
-@pytest.mark.slow
 def test_a_forked_engine_core_dies_with_its_forkserver_and_actor(ray_cluster, model_dir):
-    """Ray kills a dead actor's children, the forkserver among them, but not the engine core
-    (its grandchild): after a ``kill -9`` of the driver the core was left running. The kernel
-    now kills it with the forkserver (``PR_SET_PDEATHSIG``)."""
+    """With vLLM's engine-core process (``TRINITY_VLLM_INPROC_CORE=0``) the core is forked
+    from the forkserver the actor started (its vLLM imports ran beside the actor's), not from
+    the actor, which runs Ray's threads and must not fork. Ray kills a dead actor's children,
+    the forkserver among them, but not the engine core (its grandchild): after a ``kill -9``
+    of the driver the core was left running. The kernel now kills it with the forkserver
+    (``PR_SET_PDEATHSIG``)."""
     psutil = pytest.importorskip("psutil")
     settings = EngineSettings(
         model_path=model_dir, engine_type="vllm", max_model_len=128, dtype="float32", seed=0
     )
-    handle = create_engine_actor(settings)
+    handle = create_engine_actor(settings, env_vars={"TRINITY_VLLM_INPROC_CORE": "0"})
     ray.get(handle.ready.remote(), timeout=600)
     pid = ray.get(handle.__ray_call__.remote(lambda actor: os.getpid()))
     tree = psutil.Process(pid).children(recursive=True)
     cores = [p for p in tree if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()]
     assert len(cores) == 1
     forkserver = cores[0].parent()
-    assert forkserver.pid != pid  # forked from the forkserver, not from the actor
+    assert forkserver.pid != pid and forkserver.ppid() == pid  # not forked from the actor
+    assert "forkserver" in " ".join(forkserver.cmdline())
     forkserver.kill()
     gone, alive = psutil.wait_procs(cores, timeout=20)
     assert not alive, "the engine core outlived its forkserver"
@@ -276,6 +327,58 @@ def test_vllm_seed_makes_a_sample_reproducible(wrapper):
     a = run(wrapper.chat_async(MESSAGES, seed=123))[0].tokens.tolist()
     b = run(wrapper.chat_async(MESSAGES, seed=123))[0].tokens.tolist()
     assert a == b
+
+
+def _fields(exps):
+    return [
+        (
+            e.tokens.tolist(),
+            e.prompt_length,
+            e.logprobs.tolist(),
+            e.prompt_text,
+            e.response_text,
+            e.truncate_status,
+            e.model_version,
+        )
+        for e in exps
+    ]
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_a_wrapper_over_an_engine_actor_assembles_what_the_engine_would(vllm_engine, wrapper):
+    """Over the actor the wrapper renders the prompt, the engine only draws, and the wrapper
+    assembles the Experiences: the same ones the engine's own ``chat`` / ``generate`` return
+    for the same seed, a prompt cut by ``max_prompt_tokens`` included."""
+    assert wrapper._draws
+    long_prompt = "count: " + " ".join(str(i) for i in range(400))  # > the 511-token limit
+    calls = [
+        ("chat", MESSAGES, {"n": 3, "seed": 5, "max_tokens": 6}),
+        ("chat", MESSAGES, {"n": 1, "seed": 6, "max_tokens": 4, "temperature": 0.5}),
+        ("generate", "Compute 12 + 30 =", {"n": 2, "seed": 7, "max_tokens": 5}),
+        ("generate", long_prompt, {"n": 2, "seed": 8}),
+    ]
+    for method, prompt, kwargs in calls:
+        own = ray.get(getattr(vllm_engine, method).remote(prompt, **kwargs))
+        if method == "chat":
+            assembled = run(wrapper.chat_async(prompt, **kwargs))
+        else:
+            assembled = run(wrapper.generate_async([prompt], **kwargs))
+        assert _fields(assembled) == _fields(own), (method, kwargs)
+    assert own[0].truncate_status == "prompt_truncated"
+
+
+def test_engines_serve_draws_unless_they_replace_chat():
+    """``serves_draws``: the vLLM and transformers engines sample through ``draw``; the test
+    double and the external engine (an OpenAI server) replace ``chat`` and keep it."""
+    from trinity.launcher.engines.hf_engine import TransformersEngine
+    from trinity.launcher.engines.vllm_engine import VLLMEngine
+
+    def serves(cls):
+        return run(cls.serves_draws(object.__new__(cls)))
+
+    assert serves(VLLMEngine) and serves(TransformersEngine)
+    assert not serves(FakeEngine) and not serves(ExternalEngine)
 
 
 @needs_vllm

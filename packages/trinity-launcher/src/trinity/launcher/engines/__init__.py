@@ -14,6 +14,7 @@ this package imports without vLLM.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any, Optional
 
 from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings, Sample
@@ -155,6 +156,9 @@ def create_engine(settings: EngineSettings) -> BaseRolloutEngine:
 
 #: environment every engine actor gets: vLLM's weight reload passes a function to its workers
 ENGINE_ENV_VARS = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+#: the driver's choice of vLLM process layout on CPU, passed on to engines on every node
+#: (``engines.inproc_core``, ``engines.core_forkserver``)
+FORWARDED_ENV_VARS = ("TRINITY_VLLM_INPROC_CORE", "TRINITY_VLLM_SPAWN_CORE")
 
 
 def create_engine_actor(
@@ -181,7 +185,7 @@ def create_engine_actor(
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
         "max_concurrency": 1000,
-        "runtime_env": {"env_vars": {**ENGINE_ENV_VARS, **(env_vars or {})}},
+        "runtime_env": {"env_vars": {**ENGINE_ENV_VARS, **_forwarded(), **(env_vars or {})}},
         **(options or {}),
     }
     if name:
@@ -191,6 +195,10 @@ def create_engine_actor(
     actor = ray.remote(cls).options(**actor_options).remote(settings)
     actor.start.remote()
     return actor
+
+
+def _forwarded() -> dict[str, str]:
+    return {k: os.environ[k] for k in FORWARDED_ENV_VARS if k in os.environ}
 
 
 def _actor_resources(settings: EngineSettings) -> tuple[float, float]:

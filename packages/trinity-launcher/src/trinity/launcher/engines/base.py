@@ -18,6 +18,7 @@ truncation. ``temperature == 0`` (greedy) scores with temperature 1.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -33,9 +34,11 @@ from trinity.utils.log import get_logger
 __all__ = [
     "CALL_LOG_SIZE",
     "BaseRolloutEngine",
+    "Draws",
     "EngineAsleepError",
     "EngineSettings",
     "Sample",
+    "assemble_experiences",
     "load_tokenizer",
     "render_chat",
 ]
@@ -61,6 +64,45 @@ class Sample:
     #: the response text when it is not simply the decoded tokens (a stop string is cut from
     #: the text but its tokens stay, as vLLM does, so the trained tokens are what was sampled)
     text: Optional[str] = None
+
+
+@dataclass
+class Draws:
+    """What an engine drew for one prompt (:meth:`BaseRolloutEngine.draw`): everything its
+    Experiences hold, as plain values (cheap for Ray to pickle), every sample with its text."""
+
+    prompt_ids: list[int]
+    #: the prompt decoded (cut to ``truncated_at`` tokens where it was cut)
+    prompt_text: str
+    samples: list[Sample]
+    #: the weights that drew them
+    model_version: int
+    #: ``n`` asked for (the size of a prompt-truncated answer)
+    n: int = 1
+    #: the prompt was longer than this many tokens, so nothing was sampled (and
+    #: ``enable_prompt_truncation`` allowed that answer)
+    truncated_at: Optional[int] = None
+
+
+def assemble_experiences(draws: Draws) -> list[Experience]:
+    """The Experiences of ``draws`` (what :meth:`BaseRolloutEngine.chat` returns)."""
+    prompt_ids = draws.prompt_ids
+    if draws.truncated_at is not None:
+        return prompt_truncated_experiences(
+            prompt_ids, draws.truncated_at, draws.n, draws.prompt_text, draws.model_version
+        )
+    return [
+        Experience(
+            tokens=prompt_ids + list(s.token_ids),
+            prompt_length=len(prompt_ids),
+            logprobs=torch.tensor(s.logprobs, dtype=torch.float32),
+            prompt_text=draws.prompt_text,
+            response_text=s.text,
+            truncate_status="response_truncated" if s.finish_reason == "length" else None,
+            model_version=draws.model_version,
+        )
+        for s in draws.samples
+    ]
 
 
 @dataclass
@@ -298,14 +340,21 @@ class BaseRolloutEngine:
     # ------------------------------------------------------------------ public API
     async def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[Experience]:
         """``kwargs['n']`` responses to a conversation (``tools`` go to the chat template)."""
-        tools = kwargs.pop("tools", None)
-        prompt_ids = self.apply_chat_template(messages, True, tools)
-        return await self._experiences(prompt_ids, kwargs)
+        return assemble_experiences(await self.draw_chat(messages, **kwargs))
 
     async def generate(self, prompt: str, **kwargs: Any) -> list[Experience]:
         """``kwargs['n']`` responses to one raw text prompt (no chat template)."""
+        return assemble_experiences(await self.draw_generate(prompt, **kwargs))
+
+    async def draw_chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Draws:
+        """:meth:`chat`'s samples, not yet Experiences (see :meth:`draw`)."""
+        tools = kwargs.pop("tools", None)
+        return await self.draw(self.apply_chat_template(messages, True, tools), kwargs)
+
+    async def draw_generate(self, prompt: str, **kwargs: Any) -> Draws:
+        """:meth:`generate`'s samples, not yet Experiences (see :meth:`draw`)."""
         prompt_ids = [int(t) for t in self.tokenizer.encode(prompt, add_special_tokens=False)]
-        return await self._experiences(prompt_ids, kwargs)
+        return await self.draw(prompt_ids, kwargs)
 
     async def chat_serialized(self, messages: list[dict[str, Any]], **kwargs: Any) -> bytes:
         """:meth:`chat`'s experiences as :meth:`Experience.serialize_many` bytes.
@@ -362,7 +411,14 @@ class BaseRolloutEngine:
             params["max_tokens"] = 1024
         return params
 
-    async def _experiences(self, prompt_ids: list[int], kwargs: dict[str, Any]) -> list[Experience]:
+    async def draw(self, prompt_ids: list[int], kwargs: dict[str, Any]) -> Draws:
+        """``kwargs['n']`` samples of a tokenized prompt, not yet Experiences.
+
+        :func:`assemble_experiences` turns them into what :meth:`chat` / :meth:`generate`
+        return. A wrapper over this engine's actor asks for :meth:`draw_chat` /
+        :meth:`draw_generate` and assembles the Experiences itself (``serves_draws``): the
+        engine's event loop, which every sample waits on, builds no Experience objects.
+        """
         if not prompt_ids:
             raise ValueError("the prompt must contain at least one token")
         self._check_awake("generate")
@@ -377,27 +433,26 @@ class BaseRolloutEngine:
                     "enable_prompt_truncation is false"
                 )
             text = self.tokenizer.decode(prompt_ids[:limit])
-            return prompt_truncated_experiences(prompt_ids, limit, n, text, self.model_version)
+            return Draws(prompt_ids, text, [], self.model_version, n=n, truncated_at=limit)
         params = self.sampling_params(kwargs, len(prompt_ids))
         samples = await self._sample(prompt_ids, params)
-        prompt_text = self.tokenizer.decode(prompt_ids)
         skip = bool(params.get("skip_special_tokens", True))
-        return [
-            Experience(
-                tokens=prompt_ids + list(s.token_ids),
-                prompt_length=len(prompt_ids),
-                logprobs=torch.tensor(s.logprobs, dtype=torch.float32),
-                prompt_text=prompt_text,
-                response_text=(
-                    s.text
-                    if s.text is not None
-                    else self.tokenizer.decode(s.token_ids, skip_special_tokens=skip)
-                ),
-                truncate_status="response_truncated" if s.finish_reason == "length" else None,
-                model_version=self.model_version,
-            )
-            for s in samples
-        ]
+        for s in samples:
+            if s.text is None:
+                s.text = self.tokenizer.decode(s.token_ids, skip_special_tokens=skip)
+        return Draws(
+            prompt_ids, self.tokenizer.decode(prompt_ids), samples, self.model_version, n=n
+        )
+
+    async def serves_draws(self) -> bool:
+        """Whether :meth:`chat` and :meth:`generate` are :meth:`draw_chat` /
+        :meth:`draw_generate` plus :func:`assemble_experiences` (an engine that replaces them
+        keeps its own)."""
+        cls = type(self)  # in an actor Ray wraps each method (functools.wraps): unwrap them
+        return all(
+            inspect.unwrap(getattr(cls, name)) is getattr(BaseRolloutEngine, name)
+            for name in ("chat", "generate")
+        )
 
     # ------------------------------------------------------------------ weights
     async def update_weights(

@@ -13,7 +13,11 @@ code runs on both builds; on CPU three settings change, each because the CPU bac
 Seeded requests (every call is seeded, see ``EngineModelWrapper.seed_task``) need
 :mod:`trinity.launcher.engines.vllm_plugin` on CPU: vLLM rewinds the generator of a chunked
 prompt's discarded sample with ``set_offset``, which CPU generators lack. vLLM runs that plugin
-(an entry point of this package) in its own spawned processes; nothing here has to apply it.
+(an entry point of this package) wherever its engine core runs; nothing here has to apply it.
+
+On CPU the engine core runs on a thread of this actor (:mod:`~trinity.launcher.engines.
+inproc_core`; ``TRINITY_VLLM_INPROC_CORE=0`` gives it its own process again, forked from
+:mod:`~trinity.launcher.engines.core_forkserver`).
 
 Logprobs follow :mod:`trinity.launcher.engines.base`: sampled tokens carry vLLM's
 ``processed_logprobs`` (after temperature, before top-k/top-p renormalisation for the default
@@ -28,6 +32,7 @@ pickle tensors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
 import threading
@@ -39,7 +44,7 @@ import torch
 from torch import Tensor
 
 from trinity.common.models import GENERATION_KWARGS
-from trinity.launcher.engines import core_forkserver
+from trinity.launcher.engines import core_forkserver, inproc_core
 from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings, Sample
 from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
@@ -96,7 +101,8 @@ class VLLMEngine(BaseRolloutEngine):
         self._start_task: Optional[asyncio.Task] = None
         #: asleep, but the weights woken for an update (``wake_up`` then wakes the KV cache)
         self._weights_awake = False
-        if on_cpu():  # its vLLM imports run while this actor imports vLLM (core_forkserver)
+        if on_cpu() and not inproc_core.enabled():
+            # its vLLM imports run while this actor imports vLLM (core_forkserver)
             core_forkserver.start(_core_environment())
 
     # ------------------------------------------------------------------ lifecycle
@@ -121,6 +127,9 @@ class VLLMEngine(BaseRolloutEngine):
             "logprobs_mode": "processed_logprobs",
             "max_logprobs": -1,  # full-vocabulary prompt logprobs for scoring at T != 1
             "served_model_name": s.served_model_name or s.model_path,
+            # vLLM's throughput log and Prometheus counters cost ~5 ms of a quickstart step on
+            # CPU (both ends of the engine); its OpenAI server's /metrics is their only reader
+            "disable_log_stats": not s.enable_openai_api,
         }
         if on_cpu():
             kwargs["dtype"] = "float32"
@@ -143,17 +152,20 @@ class VLLMEngine(BaseRolloutEngine):
         began = time.monotonic()
         for key, value in _core_environment().items():  # before the engine core starts
             os.environ.setdefault(key, value)
-        forked = core_forkserver.use_for_engine_core()
-        self.llm = AsyncLLM.from_engine_args(self.engine_args())
+        inproc = on_cpu() and inproc_core.enabled()
+        forked = not inproc and core_forkserver.use_for_engine_core()
+        with inproc_core.installed() if inproc else contextlib.nullcontext():
+            self.llm = AsyncLLM.from_engine_args(self.engine_args())
         if self.settings.enable_openai_api:
             self.api_address = await self._start_api_server()
         freeze_startup_heap()  # vLLM does the same in its engine core
         logger.info(
-            "vLLM engine %s (%s) ready in %.1fs%s%s",
+            "vLLM engine %s (%s) ready in %.1fs%s%s%s",
             self.settings.engine_id,
             self.settings.display_name,
             time.monotonic() - began,
             " (engine core forked from a preloaded forkserver)" if forked else "",
+            " (engine core on a thread of this actor)" if inproc else "",
             f", OpenAI API at {self.api_address}/v1" if self.api_address else "",
         )
 

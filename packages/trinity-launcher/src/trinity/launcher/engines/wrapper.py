@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from typing import Any, Optional, Sequence
 
@@ -9,7 +10,12 @@ from torch import Tensor
 
 from trinity.common.experience import Experience
 from trinity.common.models import ModelWrapper
-from trinity.launcher.engines.base import EngineSettings, load_tokenizer, render_chat
+from trinity.launcher.engines.base import (
+    EngineSettings,
+    assemble_experiences,
+    load_tokenizer,
+    render_chat,
+)
 
 __all__ = ["EngineModelWrapper", "call_engine"]
 
@@ -35,6 +41,13 @@ class EngineModelWrapper(ModelWrapper):
     The engine does the sampling and scoring; the chat template is applied here too (with the
     same tokenizer) so :meth:`convert_messages_to_experience` needs no round trip. The wrapper
     holds no weights, so one is cheap to build per runner.
+
+    Over an engine's Ray actor the wrapper asks for the samples as plain values
+    (:meth:`~trinity.launcher.engines.base.BaseRolloutEngine.draw_chat`) and assembles the
+    Experiences itself: the engine's event loop, which every sample of every runner waits on,
+    builds and encodes no Experience objects, and the runners (separate processes) do that in
+    parallel. An engine that replaces ``chat`` / ``generate`` is asked for its wire-format
+    Experiences instead.
     """
 
     def __init__(self, engine: Any, settings: EngineSettings, api_address: Optional[str] = None):
@@ -54,6 +67,11 @@ class EngineModelWrapper(ModelWrapper):
         self.engine = engine
         self.settings = settings
         self._tokenizer: Any = None
+        #: the engine's actor serves ``draw`` (asked by :meth:`create`)
+        self._draws = False
+        #: the model-version ask in flight, per engine; shared by this wrapper's clones
+        #: (shallow copies), so the tasks a runner starts together ask once between them
+        self._version_asks: dict[int, asyncio.Future] = {}
         self._task_seed: Optional[int] = None
         self._task_calls = 0
 
@@ -82,6 +100,11 @@ class EngineModelWrapper(ModelWrapper):
         address = await call_engine(engine, "get_api_address")
         wrapper = cls(engine, settings, api_address=address)
         wrapper.model_version = await call_engine(engine, "get_model_version")
+        if _is_actor(engine):
+            try:
+                wrapper._draws = bool(await engine.serves_draws.remote())
+            except AttributeError:  # an engine class of its own, without the method
+                wrapper._draws = False
         return wrapper
 
     @property
@@ -91,8 +114,20 @@ class EngineModelWrapper(ModelWrapper):
         return self._tokenizer
 
     async def refresh_model_version(self) -> int:
-        """Ask the engine which weights it serves now (after a synchronisation)."""
-        self.model_version = await call_engine(self.engine, "get_model_version")
+        """Ask the engine which weights it serves now (after a synchronisation).
+
+        Clones asking while an ask is in flight share its answer: a runner starts its tasks
+        together, and one round trip through the engine's event loop (the one every sample
+        waits on) answers them all. The answer is a floor either way: experiences carry the
+        version their engine sampled them with (:meth:`_note_version`).
+        """
+        key = id(self.engine)
+        ask = self._version_asks.get(key)
+        if ask is None:
+            ask = asyncio.ensure_future(call_engine(self.engine, "get_model_version"))
+            self._version_asks[key] = ask
+            ask.add_done_callback(lambda _done: self._version_asks.pop(key, None))
+        self.model_version = await asyncio.shield(ask)
         return self.model_version
 
     # ------------------------------------------------------------------ engine hooks
@@ -109,12 +144,17 @@ class EngineModelWrapper(ModelWrapper):
     async def _from_engine(
         self, method: str, prompt: Any, kwargs: dict[str, Any]
     ) -> list[Experience]:
-        """An actor is asked for its experiences as wire bytes (``chat_serialized``), which
-        cost a fraction of pickling them; an in-process engine returns them as they are."""
-        if _is_actor(self.engine):
+        """An in-process engine returns its Experiences as they are. An actor that serves
+        draws returns its samples (``draw_chat``), assembled here; any other is asked for its
+        Experiences as wire bytes (``chat_serialized``), which cost a fraction of pickling
+        them."""
+        if not _is_actor(self.engine):
+            return await getattr(self.engine, method)(prompt, **kwargs)
+        if not self._draws:
             payload = await getattr(self.engine, f"{method}_serialized").remote(prompt, **kwargs)
             return Experience.deserialize_many(payload)
-        return await getattr(self.engine, method)(prompt, **kwargs)
+        draws = await getattr(self.engine, f"draw_{method}").remote(prompt, **kwargs)
+        return assemble_experiences(draws)
 
     async def _logprobs(self, tokens: list[int], temperature: float) -> Tensor:
         return await call_engine(self.engine, "logprobs", tokens, temperature)
