@@ -284,8 +284,12 @@ def test_vllm_keeps_its_stats_only_for_its_openai_server(model_dir):
 
 
 def test_the_forkserver_starts_only_inside_a_ray_actor(monkeypatch):
-    """Outside an actor vLLM forks or spawns by its own rules; nothing is started."""
-    from trinity.launcher.engines import core_forkserver
+    """Outside an actor vLLM forks or spawns by its own rules; nothing is started, and the
+    engine core keeps its own process (what it sets up process-wide stays out of the
+    caller's)."""
+    from trinity.launcher.engines import core_forkserver, inproc_core
+
+    assert inproc_core.enabled() is False
 
     assert core_forkserver.start() is False
     assert core_forkserver.use_for_engine_core() is False

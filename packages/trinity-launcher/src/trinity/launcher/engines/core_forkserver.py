@@ -23,6 +23,7 @@ import multiprocessing
 import os
 from typing import Any, Optional
 
+from trinity.launcher.engines.inproc_core import in_ray_actor
 from trinity.utils.log import get_logger
 
 __all__ = ["PRELOAD", "start", "use_for_engine_core"]
@@ -61,12 +62,7 @@ def start(environment: Optional[dict[str, str]] = None) -> bool:
         return True
     if os.environ.get("TRINITY_VLLM_SPAWN_CORE") == "1":  # opt out: vLLM spawns as before
         return False
-    try:
-        import ray
-
-        if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
-            return False
-    except Exception:  # noqa: BLE001 - no Ray, or no runtime context: not an actor
+    if not in_ray_actor():
         return False
     for key, value in (environment or {}).items():
         os.environ.setdefault(key, value)

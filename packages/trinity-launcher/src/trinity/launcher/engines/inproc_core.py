@@ -18,7 +18,8 @@ If a step raises, the engine is dead, as when vLLM's core process dies: the erro
 every waiting request (``AsyncLLM``'s output handler propagates it), and later calls raise
 ``EngineDeadError``; the engine actor's supervisor restarts it like any dead engine.
 
-Used on CPU (``TRINITY_VLLM_INPROC_CORE``, default on there); ``=0`` restores vLLM's process.
+Used on CPU inside an engine's Ray actor (``TRINITY_VLLM_INPROC_CORE``, default on there);
+``=0`` restores vLLM's process.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any, Callable, Optional
 
 from trinity.utils.log import get_logger
 
-__all__ = ["client_class", "enabled", "installed"]
+__all__ = ["client_class", "enabled", "in_ray_actor", "installed"]
 
 logger = get_logger(__name__)
 
@@ -43,8 +44,23 @@ _STOP = object()
 
 
 def enabled() -> bool:
-    """Whether an ``AsyncLLM`` built now should run its core on a thread (the default on CPU)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off", "")
+    """Whether an ``AsyncLLM`` built now should run its core on a thread: the default inside a
+    Ray actor (a process of its own for the engine). Elsewhere vLLM keeps its engine-core
+    process, which keeps what the core sets up process-wide (``torch.distributed``, vLLM's
+    CPU thread settings) out of the caller's process."""
+    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off", ""):
+        return False
+    return in_ray_actor()
+
+
+def in_ray_actor() -> bool:
+    """Whether this code runs in a Ray actor's process."""
+    try:
+        import ray
+
+        return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+    except Exception:  # noqa: BLE001 - no Ray, or no runtime context: not an actor
+        return False
 
 
 class _Resources:
