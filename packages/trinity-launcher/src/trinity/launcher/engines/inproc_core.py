@@ -7,8 +7,8 @@ and every engine step's outputs are encoded in one process and decoded in the ot
 ``InprocClient`` (what ``LLMEngine`` uses when ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) builds the
 same ``EngineCore`` in the caller's process, but only for synchronous callers.
 
-:func:`client_class`'s ``ThreadedInprocClient`` is that client with ``AsyncLLM``'s asynchronous interface: the
-core runs on one daemon thread, the only thread that touches it. Requests, aborts and utility
+:func:`client_class`'s ``ThreadedInprocClient`` is that client with ``AsyncLLM``'s asynchronous
+interface: the core runs on one daemon thread, the only thread that touches it. Requests, aborts and utility
 calls (``collective_rpc`` for weight reloads, ``reset_prefix_cache``, ...) are queued to that
 thread and run between engine steps, in order; step outputs come back to the event loop
 through an ``asyncio.Queue``. The scheduler and model are vLLM's own, so seeded requests draw
