@@ -239,9 +239,9 @@ def test_mode_both_survives_a_kill_9_of_its_engine(
     tmp_path, monkeypatch, both_config, run_cli, arithmetic_tasks, engine_type, kill
 ):
     """``kill -9`` at the start of explore step 3 (the engine actor's process, or vLLM's
-    engine-core process where it runs one). The run finishes its 6 steps on full batches, step 3's record
-    shows the restart, and the replacement serves the trainer's version 2 -- not the initial
-    weights -- after which the weights move on as scheduled."""
+    engine-core process where it runs one). The run finishes its 6 steps on full batches,
+    step 3's record shows the restart, and the replacement serves the trainer's version 2 --
+    not the initial weights -- after which the weights move on as scheduled."""
     if kill == "engine_core":
         monkeypatch.setenv("TRINITY_VLLM_INPROC_CORE", "0")
     plugins = tmp_path / "plugins"

@@ -67,7 +67,7 @@ class EngineModelWrapper(ModelWrapper):
         self.engine = engine
         self.settings = settings
         self._tokenizer: Any = None
-        #: the engine's actor serves ``draw`` (asked by :meth:`create`)
+        #: the engine's actor serves ``draw_chat`` / ``draw_generate`` (asked by :meth:`create`)
         self._draws = False
         #: the model-version ask in flight, per engine; shared by this wrapper's clones
         #: (shallow copies), so the tasks a runner starts together ask once between them
