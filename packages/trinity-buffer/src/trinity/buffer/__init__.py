@@ -8,11 +8,41 @@
 * operators (``trinity.buffer.operators``) and pipelines (``trinity.buffer.pipelines``).
 """
 
-from trinity.buffer.buffer_reader import BufferReader, get_buffer_reader
-from trinity.buffer.buffer_writer import BufferWriter, get_buffer_writer
-from trinity.buffer.taskset import get_taskset_reader
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trinity.buffer.buffer_reader import BufferReader, get_buffer_reader
+    from trinity.buffer.buffer_writer import BufferWriter, get_buffer_writer
+    from trinity.buffer.taskset import get_taskset_reader
 
 __version__ = "0.1.0"
+
+# Names resolve on first use (PEP 562): a process that needs one storage -- the queue's Ray
+# actor above all -- does not import torch, HF datasets and every storage with the package.
+_LAZY = {
+    "BufferReader": "trinity.buffer.buffer_reader",
+    "get_buffer_reader": "trinity.buffer.buffer_reader",
+    "BufferWriter": "trinity.buffer.buffer_writer",
+    "get_buffer_writer": "trinity.buffer.buffer_writer",
+    "get_taskset_reader": "trinity.buffer.taskset",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trinity.buffer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "BufferReader",

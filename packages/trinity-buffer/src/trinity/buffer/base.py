@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from trinity.buffer.errors import StorageConfigError
-from trinity.common.experience import Experience
+
+if TYPE_CHECKING:  # the queue actor imports this module and needs no torch
+    from trinity.common.experience import Experience
 
 __all__ = ["BufferReader", "OfflineReader", "EndOfStream", "BufferWriter", "STORAGE_TYPES"]
 

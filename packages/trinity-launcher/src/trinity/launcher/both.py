@@ -48,10 +48,12 @@ position: every experience is trained exactly once, in the same steps as without
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
+import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from trinity.common.config import Config
 from trinity.common.experience import Experience
@@ -74,6 +76,7 @@ from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
+T = TypeVar("T")
 
 
 #: seconds a run whose actor died waits for Ray to tell whether the actor's node died with it
@@ -423,7 +426,7 @@ def run_both(config: Config, progress: Any = None) -> dict:
     from trinity.launcher.modes import LaunchInputError, ray_session
     from trinity.launcher.monitor import METRICS_FILE, create_monitor
     from trinity.launcher.progress import ProgressReporter
-    from trinity.launcher.trainer.run import build_trainer
+    from trinity.launcher.trainer.run import build_local_cpu_engines, build_trainer
     from trinity.launcher.trainer.trainer import latest_checkpoint
 
     job_dir = config.checkpoint_job_dir
@@ -463,14 +466,15 @@ def run_both(config: Config, progress: Any = None) -> dict:
     async def main() -> dict:
         if resume_step is not None:
             _drop_stale_queue(config)
+
         # The trainer (verl, its model and optimizer, in this process) is built while the
         # explorer's engines and runners start in theirs: the two are independent, and start-up
         # is most of a short run's wall time.
-        prepared, built = await asyncio.gather(
-            explorer.prepare(),
-            asyncio.to_thread(build_trainer, config, explorer.placement),
-            return_exceptions=True,
-        )
+        async def build() -> Any:
+            engines = await asyncio.wrap_future(early) if early is not None else None
+            return await asyncio.to_thread(build_trainer, config, explorer.placement, engines)
+
+        prepared, built = await asyncio.gather(explorer.prepare(), build(), return_exceptions=True)
         if isinstance(built, BaseException):
             await explorer.shutdown()
             raise built
@@ -502,10 +506,13 @@ def run_both(config: Config, progress: Any = None) -> dict:
 
     from trinity.launcher.placement import NodeLostError, placement_session
 
+    early: Optional[concurrent.futures.Future[Any]] = None
     try:
         from trinity.launcher.trainer.workers import trainer_layout
 
         layout = trainer_layout(config)
+        # a trainer that runs here on the CPU is built while Ray starts (see the function)
+        early = _in_thread(build_local_cpu_engines, config)
         with ray_session(config), placement_session(config, **layout) as placement:
             explorer.placement = placement
             try:
@@ -523,9 +530,27 @@ def run_both(config: Config, progress: Any = None) -> dict:
                     f"from the last checkpoint in {config.checkpoint_job_dir}"
                 ) from exc
     finally:
+        if early is not None:  # not left building (and joining a process group) past the run
+            concurrent.futures.wait([early])
         merger.flush()
         sink.close()
     return result
+
+
+def _in_thread(fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+    """``fn(*args)`` on a daemon thread (an interrupted run does not wait for it at exit)."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="trinity-trainer-build", daemon=True).start()
+    return future
 
 
 def _read_resume_state(config: Config, step: int) -> tuple[dict[str, Any], list[Experience]]:

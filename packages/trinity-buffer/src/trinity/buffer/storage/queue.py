@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
 from trinity.buffer.base import BufferReader, BufferWriter, EndOfStream
 from trinity.buffer.storage.errors import (
@@ -43,8 +43,10 @@ from trinity.buffer.storage.errors import (
     QueueWriteTimeout,
     StorageConfigError,
 )
-from trinity.common.experience import Experience
 from trinity.utils.registry import Registry
+
+if TYPE_CHECKING:  # the queue actor's FIFO holds payloads and needs no torch
+    from trinity.common.experience import Experience
 
 __all__ = [
     "PRIORITY_FN",

@@ -26,7 +26,7 @@ timeouts and end-of-stream behave exactly as in tests) and adds nothing but tran
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import ray
 
@@ -39,7 +39,9 @@ from trinity.buffer.storage.errors import (
     StorageError,
 )
 from trinity.buffer.storage.queue import ExperienceQueue, build_queue
-from trinity.common.experience import Experience
+
+if TYPE_CHECKING:
+    from trinity.common.experience import Experience
 
 __all__ = ["QueueActor", "RayQueueClient", "get_ray_queue", "kill_ray_queue", "ray_queue_name"]
 
@@ -51,6 +53,15 @@ _ERRORS: dict[str, type[Exception]] = {
     "config": StorageConfigError,
     "value": ValueError,
 }
+
+
+def _codec() -> type[Experience]:
+    """:class:`Experience`, imported where a payload is decoded or encoded: the actor of a FIFO
+    queue never does it for whole writes, and starts without torch (~1.5 s of CPU less at a
+    run's start, while the rollout engine loads on the same cores)."""
+    from trinity.common.experience import Experience
+
+    return Experience
 
 
 def _outcome(exc: BaseException) -> tuple[str, Any]:
@@ -75,14 +86,14 @@ class _Write:
     @classmethod
     def decoded(cls, payload: bytes) -> _Write:
         """A write whose size was not sent: decoded now to count it."""
-        exps = Experience.deserialize_many(payload)
+        exps = _codec().deserialize_many(payload)
         write = cls(payload, len(exps))
         write._exps = exps
         return write
 
     def experiences(self) -> list[Experience]:
         if self._exps is None:
-            self._exps = Experience.deserialize_many(self.payload)
+            self._exps = _codec().deserialize_many(self.payload)
             if len(self._exps) != self.size:
                 raise ValueError(
                     f"a queue write announced {self.size} experiences, its payload holds "
@@ -115,7 +126,7 @@ def _payloads(rows: list[_Row]) -> list[bytes]:
             out.append(write.payload)
         else:
             exps = write.experiences()
-            out.append(Experience.serialize_many([exps[row.index] for row in rows[i:j]]))
+            out.append(_codec().serialize_many([exps[row.index] for row in rows[i:j]]))
         i = j
     return out
 
@@ -134,7 +145,7 @@ class QueueActor:
                 write = _Write(payload, size) if size > 0 else _Write.decoded(payload)
                 self.queue.put([_Row(write, i) for i in range(write.size)], timeout=timeout)
             else:
-                self.queue.put(Experience.deserialize_many(payload), timeout=timeout)
+                self.queue.put(_codec().deserialize_many(payload), timeout=timeout)
             return "ok", None
         except (QueueWriteTimeout, QueueClosedError) as exc:
             return _outcome(exc)
@@ -149,7 +160,7 @@ class QueueActor:
             return _outcome(exc)
         if self._fifo:
             return "ok", _payloads(items)
-        return "ok", [Experience.serialize_many(items)]
+        return "ok", [_codec().serialize_many(items)]
 
     def end_step(self) -> None:
         self.queue.end_step()
@@ -180,8 +191,8 @@ def _raise_for(status: str, payload: Any) -> Any:
 
 def _decode(payloads: list[bytes]) -> list[Experience]:
     if len(payloads) == 1:
-        return Experience.deserialize_many(payloads[0])
-    return [exp for payload in payloads for exp in Experience.deserialize_many(payload)]
+        return _codec().deserialize_many(payloads[0])
+    return [exp for payload in payloads for exp in _codec().deserialize_many(payload)]
 
 
 class RayQueueClient:
@@ -193,12 +204,12 @@ class RayQueueClient:
 
     def put(self, exps: Sequence[Experience], timeout: Optional[float] = None) -> None:
         if exps:
-            payload = Experience.serialize_many(list(exps))
+            payload = _codec().serialize_many(list(exps))
             _raise_for(*ray.get(self.actor.put.remote(payload, timeout, len(exps))))
 
     async def put_async(self, exps: Sequence[Experience], timeout: Optional[float] = None) -> None:
         if exps:
-            payload = Experience.serialize_many(list(exps))
+            payload = _codec().serialize_many(list(exps))
             _raise_for(*(await self.actor.put.remote(payload, timeout, len(exps))))
 
     def get(

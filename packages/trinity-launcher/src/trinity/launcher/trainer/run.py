@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Optional
 
@@ -26,16 +27,30 @@ from trinity.utils.log import get_logger
 logger = get_logger(__name__)
 
 
-def build_trainer(config: Config, placement: Any = None) -> Trainer:
-    """The policy engine (a reference engine where the loss needs one, a critic where the
-    algorithm type uses one), readers, loop. Ray worker ranks go in ``placement``'s trainer
-    bundles when given (:class:`~trinity.launcher.placement.Placement`)."""
+@dataclass
+class TrainEngines:
+    """What a trainer trains with: the policy engine, a reference engine where the loss
+    needs one, a critic where the algorithm type uses one (local engines or Ray rank groups)."""
+
+    engine: Any
+    ref_engine: Any = None
+    critic: Any = None
+
+
+@dataclass
+class _Plan:
+    algorithm: Any
+    schema: str
+    total_steps: Optional[int]
+    settings: Any
+    needs_ref: bool
+    world_size: int
+
+
+def _plan(config: Config) -> _Plan:
     from trinity.algorithm.resolve import resolve_algorithm
-    from trinity.launcher.trainer.verl_engine import (
-        TrinityLoss,
-        VerlEngineSettings,
-        VerlTrainEngine,
-    )
+    from trinity.launcher.trainer.trainer import uses_kl_penalty
+    from trinity.launcher.trainer.verl_engine import TrinityLoss, VerlEngineSettings
 
     algorithm = resolve_algorithm(config)
     schema = algorithm.algorithm.schema_name()
@@ -47,36 +62,77 @@ def build_trainer(config: Config, placement: Any = None) -> Trainer:
         rows = 2 * (config.buffer.train_batch_size or config.buffer.batch_size)
         overrides.update(use_dynamic_bsz=False, micro_batch_size=rows)
     settings = VerlEngineSettings.from_config(config, **overrides)
-    from trinity.launcher.trainer.trainer import uses_kl_penalty
-
     needs_ref = (
         "ref_logprob" in TrinityLoss.from_algorithm(algorithm).required_fields()
         or uses_kl_penalty(algorithm)  # KL penalty in the reward
     )
     world_size = trainer_world_size(config, settings.resolved_device)
-    if world_size > 1:
-        engine, ref_engine, critic = _remote_engines(
-            config,
-            settings,
-            world_size,
-            needs_ref,
-            algorithm.use_critic,
-            total_steps,
-            schema,
-            placement=placement,
-        )
-    else:
-        engine = VerlTrainEngine(settings)
-        ref_engine = VerlTrainEngine(settings) if needs_ref else None  # never stepped
-        critic = None
-        if algorithm.use_critic:
-            from trinity.launcher.trainer.critic import VerlCriticEngine
+    return _Plan(algorithm, schema, total_steps, settings, needs_ref, world_size)
 
-            critic = VerlCriticEngine.from_config(config, total_training_steps=total_steps or -1)
-    readers = build_trainer_readers(config, schema, engine.tokenizer)
-    pad = getattr(engine.tokenizer, "pad_token_id", None)
+
+def _local_engines(config: Config, plan: _Plan) -> TrainEngines:
+    from trinity.launcher.trainer.verl_engine import VerlTrainEngine
+
+    engine = VerlTrainEngine(plan.settings)
+    ref_engine = VerlTrainEngine(plan.settings) if plan.needs_ref else None  # never stepped
+    critic = None
+    if plan.algorithm.use_critic:
+        from trinity.launcher.trainer.critic import VerlCriticEngine
+
+        critic = VerlCriticEngine.from_config(config, total_training_steps=plan.total_steps or -1)
+    return TrainEngines(engine, ref_engine, critic)
+
+
+def build_local_cpu_engines(config: Config) -> Optional[TrainEngines]:
+    """The trainer's engines when they run in this process on the CPU (one rank), else ``None``.
+
+    They need neither Ray nor a placement, so mode ``both`` builds them while Ray starts: on a
+    small CPU box, importing verl and building the model and optimizer then use the cores
+    ``ray.init`` leaves idle while it waits for its processes, instead of competing with the
+    rollout engine's start (the quickstart's path to its first step). Only on the CPU: whatever
+    the imports set in ``os.environ`` while Ray starts its processes may reach Ray's workers,
+    and on the CPU that is harmless (verl's and tensordict's flags, inductor's default cache
+    directory, a CUDA arch list CPU builds ignore).
+    """
+    plan = _plan(config)
+    if plan.world_size > 1 or plan.settings.resolved_device != "cpu":
+        return None
+    return _local_engines(config, plan)
+
+
+def build_trainer(
+    config: Config, placement: Any = None, engines: Optional[TrainEngines] = None
+) -> Trainer:
+    """The policy engine (a reference engine where the loss needs one, a critic where the
+    algorithm type uses one), readers, loop. Ray worker ranks go in ``placement``'s trainer
+    bundles when given (:class:`~trinity.launcher.placement.Placement`). ``engines``, when
+    given, are the ones :func:`build_local_cpu_engines` built for this config."""
+    plan = _plan(config)
+    if engines is None:
+        if plan.world_size > 1:
+            engines = TrainEngines(
+                *_remote_engines(
+                    config,
+                    plan.settings,
+                    plan.world_size,
+                    plan.needs_ref,
+                    plan.algorithm.use_critic,
+                    plan.total_steps,
+                    plan.schema,
+                    placement=placement,
+                )
+            )
+        else:
+            engines = _local_engines(config, plan)
+    readers = build_trainer_readers(config, plan.schema, engines.engine.tokenizer)
+    pad = getattr(engines.engine.tokenizer, "pad_token_id", None)
     return Trainer(
-        config, engine, readers, ref_engine=ref_engine, pad_token_id=pad or 0, critic=critic
+        config,
+        engines.engine,
+        readers,
+        ref_engine=engines.ref_engine,
+        pad_token_id=pad or 0,
+        critic=engines.critic,
     )
 
 
