@@ -198,3 +198,33 @@ def test_a_checkpoint_mode_both_cannot_resume_from_is_refused_plainly(tmp_path, 
     assert "without the explorer's state" in done.stderr
     assert "global_step_2" in done.stderr
     assert "Starting Ray" not in done.stdout + done.stderr
+
+
+def test_the_trainer_input_queue_is_in_process_unless_the_config_says_otherwise(tmp_path):
+    """Modes both and colocate write and read the queue in the driver: in-process (a derived
+    value, on a copy); a config that sets wrap_in_ray, a storage other than a queue, or a
+    pipeline output of its own keeps what it says."""
+    from trinity.common.config import load_config
+    from trinity.launcher.both import with_queue_in_process
+
+    def exp_of(config):
+        return config.buffer.trainer_input.experience_buffer
+
+    config = load_config({"mode": "both"})
+    local = with_queue_in_process(config)
+    assert exp_of(local).wrap_in_ray is False
+    assert "wrap_in_ray" not in exp_of(local).model_fields_set  # derived, not user-set
+    assert exp_of(config).wrap_in_ray is True  # the caller's config is left as it was
+    assert exp_of(local).name == exp_of(config).name
+    priority = {"storage_type": "priority_queue"}
+    config = load_config({"buffer": {"trainer_input": {"experience_buffer": priority}}})
+    assert exp_of(with_queue_in_process(config)).wrap_in_ray is False
+
+    asked = {"storage_type": "queue", "wrap_in_ray": True}
+    sql = {"storage_type": "sql", "path": f"sqlite:///{tmp_path}/x.db"}
+    for exp in (asked, sql):
+        config = load_config({"buffer": {"trainer_input": {"experience_buffer": exp}}})
+        assert with_queue_in_process(config) is config
+    out = {"experience_pipeline": {"output": {"name": "out", "storage_type": "queue"}}}
+    config = load_config({"data_processor": out})
+    assert with_queue_in_process(config) is config

@@ -130,3 +130,57 @@ def test_workflow_batch_completes_when_the_reward_fails(bad, monkeypatch):
     assert all(e.reward == 0.0 for e in exps)
     assert all(e.metrics["reward_error"] == 1.0 for e in exps)
     assert all(bad.__name__ in e.info["reward_error"] for e in exps)
+
+
+def test_reward_functions_get_the_keywords_their_signatures_take():
+    """The accepted keywords come from each function's code object, read once (a cache), and
+    agree with ``inspect.signature``: plain and keyword-only parameters, ``**kwargs``, bound
+    methods, callable objects, decorated functions (what they wrap), partials, builtins."""
+    import functools
+    import inspect
+
+    from trinity.workflows.rewards.base import _filter_kwargs
+
+    given = {"response": "r", "truth": "t", "extra": 1}
+
+    def plain(response, truth):
+        return 1.0
+
+    def open_ended(response, **rest):
+        return 1.0
+
+    def keyword_only(response, *, extra=0):
+        return 1.0
+
+    class Judge:
+        def __call__(self, response, truth=None):
+            return 1.0
+
+        def score(self, truth):
+            return 1.0
+
+    def logged(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    @logged
+    def decorated(truth):
+        return 1.0
+
+    def expected(fn):
+        target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else fn.__call__
+        params = inspect.signature(target).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return set(given)
+        return set(given) & set(params)
+
+    cases = [plain, open_ended, keyword_only, Judge(), Judge().score, decorated]
+    cases += [functools.partial(plain, truth="x"), len]
+    for _ in range(2):  # the second round is served from the cache
+        for fn in cases:
+            assert set(_filter_kwargs(fn, given)) == expected(fn), fn
+    assert set(_filter_kwargs(decorated, given)) == {"truth"}
+    assert set(_filter_kwargs(keyword_only, given)) == {"response", "extra"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Optional
 
@@ -35,6 +35,7 @@ class TrainEngines:
     engine: Any
     ref_engine: Any = None
     critic: Any = None
+    plan: Optional[_Plan] = field(default=None, repr=False)  # what they were built for
 
 
 @dataclass
@@ -80,7 +81,7 @@ def _local_engines(config: Config, plan: _Plan) -> TrainEngines:
         from trinity.launcher.trainer.critic import VerlCriticEngine
 
         critic = VerlCriticEngine.from_config(config, total_training_steps=plan.total_steps or -1)
-    return TrainEngines(engine, ref_engine, critic)
+    return TrainEngines(engine, ref_engine, critic, plan)
 
 
 def build_local_cpu_engines(config: Config) -> Optional[TrainEngines]:
@@ -107,7 +108,7 @@ def build_trainer(
     algorithm type uses one), readers, loop. Ray worker ranks go in ``placement``'s trainer
     bundles when given (:class:`~trinity.launcher.placement.Placement`). ``engines``, when
     given, are the ones :func:`build_local_cpu_engines` built for this config."""
-    plan = _plan(config)
+    plan = engines.plan if engines is not None and engines.plan is not None else _plan(config)
     if engines is None:
         if plan.world_size > 1:
             engines = TrainEngines(
