@@ -31,8 +31,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
         name="pytest",
     ) from exc
 
-import importlib
-from typing import Any
+from trinity.utils.lazy import lazy_exports
 
 # Where each public name lives. Loaded on first use (PEP 562) so that the pytest plugin
 # (``trinity.testing.plugin``, loaded by every pytest run in an environment with trinity-core)
@@ -56,18 +55,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trinity.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_EXPORTS))
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "AdvantageFnContract",
