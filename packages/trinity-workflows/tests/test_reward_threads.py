@@ -67,19 +67,23 @@ def test_free_threads_exit_when_idle(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(threads, "IDLE_SECONDS", 0.2)
     release = threading.Event()
     started = threading.Semaphore(0)
+    used: set[threading.Thread] = set()
 
     def busy() -> None:
+        used.add(threading.current_thread())
         started.release()
         release.wait(5)
 
-    calls = len(_reward_threads()) + 4  # every thread takes one, so all wait anew afterwards
+    # more calls than threads: every free thread takes one (and then waits anew, with the
+    # short idle time); threads other tests left stuck in their calls are not free
+    calls = len(_reward_threads()) + 4
     for _ in range(calls):
         threads.submit(busy)
     for _ in range(calls):
         assert started.acquire(timeout=5)
-    assert len(_reward_threads()) >= calls
+    assert len(used) == calls  # one thread per concurrent call
     release.set()
-    assert _wait_until(lambda: not _reward_threads(), 5)  # all free, all gone
+    assert _wait_until(lambda: not any(t.is_alive() for t in used), 5)  # free, then gone
     done = threading.Event()
     threads.submit(done.set)  # and a later call starts a thread again
     assert done.wait(5)
