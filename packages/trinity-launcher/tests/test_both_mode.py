@@ -6,6 +6,7 @@ weights synchronised through memory or checkpoints every ``sync_interval`` steps
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 import yaml
@@ -216,6 +217,10 @@ def test_the_trainer_input_queue_is_in_process_unless_the_config_says_otherwise(
     assert "wrap_in_ray" not in exp_of(local).model_fields_set  # derived, not user-set
     assert exp_of(config).wrap_in_ray is True  # the caller's config is left as it was
     assert exp_of(local).name == exp_of(config).name
+    assert local.model_dump() == {**config.model_dump(), "buffer": local.buffer.model_dump()}
+    # only the path to the queue is copied: an object deepcopy refuses does not stop a run
+    config.explorer.rollout_model.__dict__["lock"] = threading.Lock()
+    assert exp_of(with_queue_in_process(config)).wrap_in_ray is False
     priority = {"storage_type": "priority_queue"}
     config = load_config({"buffer": {"trainer_input": {"experience_buffer": priority}}})
     assert exp_of(with_queue_in_process(config)).wrap_in_ray is False

@@ -208,7 +208,7 @@ def test_checkpoints_that_cannot_be_resumed_are_refused(
 def test_a_matching_fingerprint_passes_the_checks(tmp_path, write_config):
     """The counterpart of the refusals: the same settings are accepted (checked without
     starting the run)."""
-    from trinity.launcher.both import _check_fingerprint, run_fingerprint
+    from trinity.launcher.both_checkpoint import check_fingerprint, run_fingerprint
     from trinity.launcher.cli import prepare_config
     from trinity.launcher.explorer import Explorer
     from trinity.launcher.modes import LaunchInputError
@@ -217,9 +217,9 @@ def test_a_matching_fingerprint_passes_the_checks(tmp_path, write_config):
     explorer = Explorer(config, monitor=None)
     saved = json.loads(json.dumps(run_fingerprint(config, explorer)))
     assert saved == fingerprint(tmp_path)
-    _check_fingerprint(config, explorer, 2, {"fingerprint": saved})
+    check_fingerprint(config, explorer, 2, {"fingerprint": saved})
     with pytest.raises(LaunchInputError, match="algorithm.repeat_times: 2 then, 4 now"):
-        _check_fingerprint(
+        check_fingerprint(
             config, explorer, 2, {"fingerprint": dict(saved, **{"algorithm.repeat_times": 2})}
         )
 

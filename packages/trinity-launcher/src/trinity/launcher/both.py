@@ -65,12 +65,15 @@ from trinity.launcher.both_checkpoint import (  # noqa: F401 - re-exported
     EXPLORER_STATE_FILE,
     ExperienceLedger,
     _json_scalars,
+    check_fingerprint,
+    drop_stale_queue,
     experience_ids,
     read_explorer_checkpoint,
+    read_resume_state,
     run_fingerprint,
     write_explorer_checkpoint,
 )
-from trinity.launcher.resume import changed_settings, truncate_metrics
+from trinity.launcher.resume import truncate_metrics
 from trinity.launcher.synchronizer import Synchronizer  # noqa: F401 - re-exported
 from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
@@ -434,7 +437,7 @@ def run_both(config: Config, progress: Any = None) -> dict:
     resume_step = None
     if job_dir and config.continue_from_checkpoint:
         resume_step = latest_checkpoint(job_dir)
-    saved = _read_resume_state(config, resume_step) if resume_step is not None else None
+    saved = read_resume_state(config, resume_step) if resume_step is not None else None
 
     merger = StepMerger(None)
     if progress is None:
@@ -446,7 +449,7 @@ def run_both(config: Config, progress: Any = None) -> dict:
     restored: list[Experience] = []
     if saved is not None:
         state, restored = saved
-        _check_fingerprint(config, explorer, resume_step, state)
+        check_fingerprint(config, explorer, resume_step, state)
         explorer.load_state_dict(state["explorer"])
         dropped = truncate_metrics(os.path.join(job_dir, METRICS_FILE), int(resume_step))
         merger.pending = {int(s): dict(m) for s, m in (state.get("metrics") or {}).items()}
@@ -466,7 +469,7 @@ def run_both(config: Config, progress: Any = None) -> dict:
 
     async def main() -> dict:
         if resume_step is not None:
-            _drop_stale_queue(config)
+            drop_stale_queue(config)
 
         # The trainer (verl, its model and optimizer, in this process) is built while the
         # explorer's engines and runners start in theirs: the two are independent, and start-up
@@ -573,78 +576,16 @@ def with_queue_in_process(config: Config) -> Config:
         or config.data_processor.experience_pipeline.output is not None
     ):
         return config
-    config = config.model_copy(deep=True)
-    # derived, not user-set (as the config's own rules set derived values)
-    config.buffer.trainer_input.experience_buffer.__dict__["wrap_in_ray"] = False
+    # Copy only the path down to the queue (a deep copy would fail on any object in the config
+    # that ``copy.deepcopy`` refuses, e.g. a lock in a workflow's arguments). Every reader of the
+    # queue's config goes through this path. ``__dict__``: derived, not user-set (as the
+    # config's own rules set derived values), so ``model_fields_set`` is unchanged.
+    exp = exp.model_copy()
+    exp.__dict__["wrap_in_ray"] = False
+    trainer_input = config.buffer.trainer_input.model_copy()
+    trainer_input.__dict__["experience_buffer"] = exp
+    buffer = config.buffer.model_copy()
+    buffer.__dict__["trainer_input"] = trainer_input
+    config = config.model_copy()
+    config.__dict__["buffer"] = buffer
     return config
-
-
-def _read_resume_state(config: Config, step: int) -> tuple[dict[str, Any], list[Experience]]:
-    """The explorer's side of checkpoint ``step``, or a :class:`LaunchInputError` saying why
-    this run cannot resume from it (checked before anything starts)."""
-    from trinity.launcher.modes import LaunchInputError
-
-    job_dir = config.checkpoint_job_dir
-    way_out = (
-        "choose another name, or set continue_from_checkpoint: false to start a new run "
-        "(named <name>_<timestamp>; this one is left untouched)"
-    )
-    exp = config.buffer.trainer_input.experience_buffer
-    replay = getattr(getattr(exp, "replay_buffer", None), "enable", False)
-    if exp is None or str(exp.storage_type).lower() != "queue" or replay:
-        kind = (
-            "a replay buffer" if replay else f"storage_type {getattr(exp, 'storage_type', None)!r}"
-        )
-        raise LaunchInputError(
-            f"{job_dir} holds a checkpoint (global_step_{step}), but mode 'both' resumes only "
-            f"with a FIFO queue as buffer.trainer_input.experience_buffer, not {kind} (its "
-            f"contents at the checkpoint cannot be restored exactly); {way_out}"
-        )
-    step_dir = os.path.join(job_dir, f"global_step_{step}")
-    try:
-        found = read_explorer_checkpoint(step_dir)
-    except ValueError as exc:
-        raise LaunchInputError(f"global_step_{step} is damaged: {exc}; {way_out}") from exc
-    if found is None:
-        raise LaunchInputError(
-            f"{job_dir} holds a checkpoint (global_step_{step}) without the explorer's state "
-            f"({EXPLORER_DIR}/{EXPLORER_STATE_FILE}): it was not written by a mode 'both' run "
-            f"(mode 'train', or an older release), so mode 'both' cannot resume from it; "
-            f"{way_out}"
-        )
-    state, exps = found
-    if int(state.get("version", 0)) != _EXPLORER_STATE_VERSION:
-        raise LaunchInputError(
-            f"global_step_{step}/{EXPLORER_DIR}/{EXPLORER_STATE_FILE} has format version "
-            f"{state.get('version')!r}; this release reads {_EXPLORER_STATE_VERSION}; {way_out}"
-        )
-    return state, exps
-
-
-def _check_fingerprint(config: Config, explorer: Any, step: int, state: dict[str, Any]) -> None:
-    from trinity.launcher.modes import LaunchInputError
-
-    changed = changed_settings(state.get("fingerprint") or {}, run_fingerprint(config, explorer))
-    if changed:
-        raise LaunchInputError(
-            f"{config.checkpoint_job_dir} holds a checkpoint (global_step_{step}) of a run "
-            f"with other settings ({'; '.join(changed)}); a mode 'both' run resumes only with "
-            "the task sets, batch sizes, repeat_times and algorithm it was started with: "
-            "restore them, choose another name, or set continue_from_checkpoint: false to "
-            "start a new run (named <name>_<timestamp>; this one is left untouched)"
-        )
-
-
-def _drop_stale_queue(config: Config) -> None:
-    """Kill the queue actor a killed run may have left in a Ray cluster that outlived it: its
-    contents (and its count of writers, which never reached zero) are not the checkpoint's."""
-    import ray
-
-    from trinity.buffer.storage.ray_queue import kill_ray_queue
-
-    pipeline = config.data_processor.experience_pipeline
-    storage = pipeline.output or config.buffer.trainer_input.experience_buffer
-    if storage is None or not ray.is_initialized() or not getattr(storage, "wrap_in_ray", True):
-        return
-    if kill_ray_queue(storage):
-        logger.info("Removed the queue %r a previous run left in the Ray cluster", storage.name)

@@ -3,7 +3,10 @@
 ``global_step_N/explorer/`` carries the explorer's committed position and the experiences it
 wrote to the queue that the trainer had not read (the :class:`ExperienceLedger` tracks them as
 they are written and read), plus the settings a resume must match (:func:`run_fingerprint`).
-Both files are replaced atomically, the state file last.
+Both files are replaced atomically, the state file last. A resuming run checks, before anything
+starts, that it can resume from the checkpoint (:func:`read_resume_state`,
+:func:`check_fingerprint`) and drops a queue actor a killed run left behind
+(:func:`drop_stale_queue`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from typing import Any, Optional
 
 from trinity.common.config import Config
 from trinity.common.experience import Experience
-from trinity.launcher.resume import atomic_write
+from trinity.launcher.resume import atomic_write, changed_settings
+from trinity.utils.log import get_logger
+
+logger = get_logger(__name__)
 
 #: Where a checkpoint keeps the explorer's side, inside ``global_step_N/``.
 EXPLORER_DIR = "explorer"
@@ -121,3 +127,74 @@ def read_explorer_checkpoint(step_dir: str) -> Optional[tuple[dict[str, Any], li
             f"{EXPLORER_STATE_FILE} says {state.get('experiences')}"
         )
     return state, exps
+
+
+def read_resume_state(config: Config, step: int) -> tuple[dict[str, Any], list[Experience]]:
+    """The explorer's side of checkpoint ``step``, or a :class:`LaunchInputError` saying why
+    this run cannot resume from it (checked before anything starts)."""
+    from trinity.launcher.modes import LaunchInputError
+
+    job_dir = config.checkpoint_job_dir
+    way_out = (
+        "choose another name, or set continue_from_checkpoint: false to start a new run "
+        "(named <name>_<timestamp>; this one is left untouched)"
+    )
+    exp = config.buffer.trainer_input.experience_buffer
+    replay = getattr(getattr(exp, "replay_buffer", None), "enable", False)
+    if exp is None or str(exp.storage_type).lower() != "queue" or replay:
+        kind = (
+            "a replay buffer" if replay else f"storage_type {getattr(exp, 'storage_type', None)!r}"
+        )
+        raise LaunchInputError(
+            f"{job_dir} holds a checkpoint (global_step_{step}), but mode 'both' resumes only "
+            f"with a FIFO queue as buffer.trainer_input.experience_buffer, not {kind} (its "
+            f"contents at the checkpoint cannot be restored exactly); {way_out}"
+        )
+    step_dir = os.path.join(job_dir, f"global_step_{step}")
+    try:
+        found = read_explorer_checkpoint(step_dir)
+    except ValueError as exc:
+        raise LaunchInputError(f"global_step_{step} is damaged: {exc}; {way_out}") from exc
+    if found is None:
+        raise LaunchInputError(
+            f"{job_dir} holds a checkpoint (global_step_{step}) without the explorer's state "
+            f"({EXPLORER_DIR}/{EXPLORER_STATE_FILE}): it was not written by a mode 'both' run "
+            f"(mode 'train', or an older release), so mode 'both' cannot resume from it; "
+            f"{way_out}"
+        )
+    state, exps = found
+    if int(state.get("version", 0)) != _EXPLORER_STATE_VERSION:
+        raise LaunchInputError(
+            f"global_step_{step}/{EXPLORER_DIR}/{EXPLORER_STATE_FILE} has format version "
+            f"{state.get('version')!r}; this release reads {_EXPLORER_STATE_VERSION}; {way_out}"
+        )
+    return state, exps
+
+
+def check_fingerprint(config: Config, explorer: Any, step: int, state: dict[str, Any]) -> None:
+    from trinity.launcher.modes import LaunchInputError
+
+    changed = changed_settings(state.get("fingerprint") or {}, run_fingerprint(config, explorer))
+    if changed:
+        raise LaunchInputError(
+            f"{config.checkpoint_job_dir} holds a checkpoint (global_step_{step}) of a run "
+            f"with other settings ({'; '.join(changed)}); a mode 'both' run resumes only with "
+            "the task sets, batch sizes, repeat_times and algorithm it was started with: "
+            "restore them, choose another name, or set continue_from_checkpoint: false to "
+            "start a new run (named <name>_<timestamp>; this one is left untouched)"
+        )
+
+
+def drop_stale_queue(config: Config) -> None:
+    """Kill the queue actor a killed run may have left in a Ray cluster that outlived it: its
+    contents (and its count of writers, which never reached zero) are not the checkpoint's."""
+    import ray
+
+    from trinity.buffer.storage.ray_queue import kill_ray_queue
+
+    pipeline = config.data_processor.experience_pipeline
+    storage = pipeline.output or config.buffer.trainer_input.experience_buffer
+    if storage is None or not ray.is_initialized() or not getattr(storage, "wrap_in_ray", True):
+        return
+    if kill_ray_queue(storage):
+        logger.info("Removed the queue %r a previous run left in the Ray cluster", storage.name)

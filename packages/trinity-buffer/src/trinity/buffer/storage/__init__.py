@@ -9,8 +9,7 @@ SQLAlchemy and pyarrow.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from trinity.utils.lazy import lazy_exports
 
 __all__ = [
     # errors
@@ -70,15 +69,7 @@ _MODULES = {
     "sql": ("SQLStorage", "SQLReader", "SQLWriter"),
     "file": ("FileReader", "FileWriter", "JsonlFile", "ParquetDataset"),
 }
-_WHERE = {name: module for module, names in _MODULES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {name: f"{__name__}.{module}" for module, names in _MODULES.items() for name in names},
+)
