@@ -361,3 +361,106 @@ def test_unknown_concurrent_mode_is_refused(names):
     WORKFLOWS.register_module(name, EchoWorkflow)
     with pytest.raises(ValueError, match="concurrent_mode: 'parallel' is not one of"):
         run_task(Task(workflow=name), FakeModelWrapper(["4"]), concurrent_mode="parallel")
+
+
+# ---------------------------------------------------------------- Trinity-RFT 0.6 spellings
+class _AsyncBuiltin(Workflow):
+    """Stands for a built-in async workflow (the built-ins ship in trinity-workflows)."""
+
+    can_repeat = True
+    is_async = True
+
+    async def run_async(self):
+        exps = await self.model.chat_async([{"role": "user", "content": "hi"}], n=self.repeat_times)
+        for exp in exps:
+            exp.reward = 1.0
+        return exps
+
+
+def test_a_sync_run_override_below_an_async_class_is_the_entry_point():
+    """Trinity-RFT's SimpleWorkflow is sync: subclasses override ``run``, and here that
+    override runs (in a worker thread), not the inherited ``run_async``."""
+
+    class Override(_AsyncBuiltin):
+        def run(self):
+            exps = self.model.chat([{"role": "user", "content": "hi"}], n=self.repeat_times)
+            for exp in exps:
+                exp.reward = 42.0
+            return exps
+
+    class AsyncAgain(Override):
+        async def run_async(self):
+            return await _AsyncBuiltin.run_async(self)
+
+    task = Task(workflow=Override, raw_task={}, repeat_times=2)
+    assert [e.reward for e in run_task(task, FakeModelWrapper(["x"]))] == [42.0, 42.0]
+    task = Task(workflow=AsyncAgain, raw_task={}, repeat_times=2)
+    assert [e.reward for e in run_task(task, FakeModelWrapper(["x"]))] == [1.0, 1.0]
+    assert [
+        e.reward
+        for e in run_task(Task(workflow=_AsyncBuiltin, raw_task={}), FakeModelWrapper(["x"]))
+    ] == [1.0]
+
+
+def test_resettable_is_read_as_a_call_a_flag_or_an_override_of_either():
+    from trinity.common.workflows import is_resettable
+
+    model = FakeModelWrapper(["x"])
+
+    class Plain(EchoWorkflow):
+        pass
+
+    class Reusable(EchoWorkflow):
+        can_reset = True
+
+    class MethodOverride(EchoWorkflow):  # the guides
+        def resettable(self):
+            return True
+
+    class PropertyOverride(EchoWorkflow):  # Trinity-RFT
+        @property
+        def resettable(self):
+            return True
+
+    def build(cls):
+        return cls(task=Task(workflow=cls, raw_task={}), model=model)
+
+    plain, reusable = build(Plain), build(Reusable)
+    assert plain.resettable() is False and not plain.resettable and plain.resettable == False  # noqa: E712
+    assert reusable.resettable() is True and reusable.resettable and reusable.resettable == True  # noqa: E712
+    assert [
+        is_resettable(build(c)) for c in (Plain, Reusable, MethodOverride, PropertyOverride)
+    ] == [
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert build(Plain).asynchronous is False and _AsyncBuiltin.is_async is True
+
+
+def test_generation_config_spreads_as_keyword_arguments():
+    """Trinity-RFT workflows call ``model.chat(messages, **self.rollout_args)``."""
+    args = GenerationConfig(temperature=0.3, n=2, max_tokens=8)
+    assert dict(**args) == args.model_dump() == dict(args.items())
+    assert args["n"] == 2 and args.get("top_p") == 1.0 and args.get("missing", 0) == 0
+    assert "temperature" in args and "missing" not in args
+    assert list(args.keys()) == list(GenerationConfig.model_fields)
+    with pytest.raises(KeyError):
+        args["missing"]
+    model = FakeModelWrapper(["x"])
+    exps = model.chat([{"role": "user", "content": "hi"}], **args)
+    assert len(exps) == 2
+    assert model.calls_of("chat")[0].kwargs["temperature"] == 0.3
+
+
+def test_experience_keeps_multi_modal_data_without_serializing_it():
+    exp = Experience(tokens=[1, 2, 3], prompt_length=2, multi_modal_data={"image": [object()]})
+    assert exp.multi_modal_data is not None
+    assert Experience.deserialize(exp.serialize()).multi_modal_data is None
+
+
+def test_selector_metric_is_a_core_constant():
+    from trinity.common.constants import SELECTOR_METRIC
+
+    assert SELECTOR_METRIC == "selector_metric"

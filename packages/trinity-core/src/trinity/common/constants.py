@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["OpType"]
+__all__ = ["OpType", "SELECTOR_METRIC"]
+
+#: Key of the pipeline metric that carries task-selector feedback:
+#: ``{SELECTOR_METRIC: {taskset_id: {"indices": [...], "values": [...]}}}`` (an operator
+#: returns it; the task set reader passes it to its selector).
+SELECTOR_METRIC = "selector_metric"
 
 
 class OpType(str, Enum):

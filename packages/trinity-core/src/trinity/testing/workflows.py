@@ -19,7 +19,13 @@ import torch
 from trinity.common.experience import Experience
 from trinity.common.models.model import ModelWrapper
 from trinity.common.models.testing import FakeModelWrapper, ResponseSpec
-from trinity.common.workflows.workflow import Task, run_task, run_task_async
+from trinity.common.workflows.workflow import (
+    Task,
+    is_resettable,
+    run_task,
+    run_task_async,
+    run_workflow,
+)
 from trinity.testing._contract import ComponentContract, check_metrics, rule
 from trinity.utils.aio import run_sync
 
@@ -109,14 +115,16 @@ class WorkflowContract(ComponentContract):
         return self.task().to_workflow(self.model(), self.auxiliary())
 
     def direct(self, task: Task, use_async: bool) -> list[Experience]:
-        """One ``run()`` / ``run_async()`` call on a fresh instance, as the runner sets it up."""
+        """One ``run()`` call, or one call through the runner's entry point (``run_async``, or
+        a ``run`` override below it: :func:`~trinity.common.workflows.run_workflow`), on a
+        fresh instance set up as the runner sets it up."""
         self.seeded()
         workflow = task.to_workflow(self.model(), self.auxiliary())
         if workflow.repeatable:
             workflow.set_repeat_times(task.repeat_times or 1, 0)
         else:
             workflow.set_repeat_times(1, 0)
-        return run_sync(workflow.run_async()) if use_async else workflow.run()
+        return run_sync(run_workflow(workflow)) if use_async else workflow.run()
 
     # ------------------------------------------------------------------ rules
     @rule("builds", "Task.to_workflow builds it from the task")
@@ -184,11 +192,11 @@ class WorkflowContract(ComponentContract):
         model, aux = self.model(), self.auxiliary()
         first = self.task()
         workflow = first.to_workflow(model, aux)
-        if not workflow.resettable():
+        if not is_resettable(workflow):
             pytest.skip(f"{self._component_name()} is not resettable (resettable() is False)")
         self.seeded()
         _, reused = run_sync(run_task_async(first, model, aux))
-        assert reused.resettable(), "resettable() changed after a run"
+        assert is_resettable(reused), "resettable() changed after a run"
         self.seeded()
         again, same = run_sync(run_task_async(self.task(other=True), model, aux, workflow=reused))
         assert same is reused, "run_task did not reuse the resettable workflow"

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from trinity.common.experience import Experience
-from trinity.common.workflows import Task, Workflow, run_task_async
+from trinity.common.workflows import Task, Workflow, is_resettable, run_task_async
 from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
 from trinity.utils.plugin_loader import load_plugins
@@ -151,7 +151,7 @@ class WorkflowRunner:
             if exp.info is None:
                 exp.info = {}
             exp.info["task_index"] = dict(index)
-        if workflow.resettable():
+        if is_resettable(workflow):
             self._idle.append((workflow, model))
             del self._idle[:-MAX_IDLE_WORKFLOWS]
         else:

@@ -19,6 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from trinity.common.config import GenerationConfig
 from trinity.common.experience import Experience
 from trinity.common.workflows import WORKFLOWS, Task, Workflow
 from trinity.workflows.common import (
@@ -82,6 +83,28 @@ class SimpleWorkflow(ResettableWorkflowMixin, Workflow):
     requires_truth: bool = False
 
     # ------------------------------------------------------------------ setup
+    @property
+    def rollout_args(self) -> Any:
+        """The task's sampling arguments (a ``GenerationConfig``; ``**self.rollout_args``
+        gives them as keyword arguments, as Trinity-RFT's dict does). Read from the task when
+        a subclass's ``reset`` did not set them."""
+        found = self.__dict__.get("_rollout_args")
+        return found if found is not None else self.task.rollout_args
+
+    @rollout_args.setter
+    def rollout_args(self, value: Any) -> None:
+        self.__dict__["_rollout_args"] = value
+
+    def set_repeat_times(self, repeat_times: int, run_id_base: int) -> None:
+        """Also sets ``rollout_args.n`` (as Trinity-RFT does), so a subclass that samples
+        with ``**self.rollout_args`` gets ``repeat_times`` answers."""
+        super().set_repeat_times(repeat_times, run_id_base)
+        args = self.rollout_args
+        if isinstance(args, GenerationConfig):
+            args.n = repeat_times
+        elif isinstance(args, dict):
+            args["n"] = repeat_times
+
     def reset(self, task: Task) -> None:
         """Re-target this workflow at ``task`` (the model and auxiliary models stay)."""
         self.task = task

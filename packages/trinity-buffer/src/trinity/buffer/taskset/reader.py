@@ -23,6 +23,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from trinity.common.config import DataSelectorConfig, StorageConfig, TasksetConfig
+from trinity.common.constants import SELECTOR_METRIC
 from trinity.common.workflows import Task
 from trinity.utils.log import get_logger
 
@@ -42,9 +43,6 @@ __all__ = [
 
 logger = get_logger(__name__)
 
-#: Key of the pipeline metric that carries selector feedback (Trinity-RFT's ``SELECTOR_METRIC``):
-#: ``{SELECTOR_METRIC: {taskset_id: {"indices": [...], "values": [...]}}}``.
-SELECTOR_METRIC = "selector_metric"
 #: Key of the ``pass_rate_calculator`` operator's metric: ``{(taskset_id, index): pass rate}``
 #: (or ``{index: pass rate}`` when experiences carry a bare task index).
 TASKSET_SCHEDULE_METRIC = "taskset_schedule"

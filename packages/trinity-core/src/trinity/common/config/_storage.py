@@ -89,6 +89,32 @@ class GenerationConfig(_Section):
         description="Responses per request. Set by the explorer from repeat_times; do not set.",
     )
 
+    # Trinity-RFT workflows call ``model.chat(messages, **self.rollout_args)`` (its
+    # ``rollout_args`` is ``dataclasses.asdict(task.rollout_args)``): the read side of a
+    # mapping (``keys``, ``[]``, ``get``, ``items``, ``in``) makes ``**task.rollout_args`` and
+    # dict-style reads work, while the guides' ``rollout_args.n`` stays an attribute.
+    def keys(self) -> list[str]:
+        """The field names (what ``**rollout_args`` passes)."""
+        return list(type(self).model_fields)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in type(self).model_fields
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``rollout_args.get("temperature")``, as on Trinity-RFT's dict."""
+        return getattr(self, key) if key in type(self).model_fields else default
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, getattr(self, k)) for k in type(self).model_fields]
+
+    def values(self) -> list[Any]:
+        return [getattr(self, k) for k in type(self).model_fields]
+
 
 class DataSelectorConfig(_Section):
     """Order in which samples are drawn from a data set (sequential, shuffle, ...)."""

@@ -315,6 +315,11 @@ class Experience:
 
     # multi-modal inputs for the trainer (e.g. pixel_values), passed through as-is
     multi_modal_inputs: Optional[dict[str, Tensor]] = None
+    # the raw multi-modal data a workflow gave the engine (images, ...): kept on the object
+    # for the workflow's own use, as in Trinity-RFT, but not serialized (it is often not
+    # JSON-able and the trainer reads ``multi_modal_inputs``), so it does not travel through
+    # the buffer
+    multi_modal_data: Optional[dict[str, Any]] = None
 
     # on-policy distillation
     teacher_logprobs: Optional[Tensor] = None

@@ -8,13 +8,16 @@ entry-point group. The class names the guides use (``trinity.common.workflows.Ma
 from typing import Any
 
 from trinity.common.workflows.workflow import (
+    _UPSTREAM_ALIASES,
     CONCURRENT_MODES,
     WORKFLOWS,
     MultiTurnWorkflow,
     Task,
     Workflow,
+    is_resettable,
     run_task,
     run_task_async,
+    run_workflow,
 )
 
 __all__ = [
@@ -23,10 +26,12 @@ __all__ = [
     "MultiTurnWorkflow",
     "Task",
     "Workflow",
+    "is_resettable",
     "run_task",
     "run_task_async",
+    "run_workflow",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    return WORKFLOWS.module_getattr(__name__, name)
+    return WORKFLOWS.module_getattr(__name__, _UPSTREAM_ALIASES.get(name, name))

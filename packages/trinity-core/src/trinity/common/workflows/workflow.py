@@ -134,6 +134,30 @@ class Task:
         return dict(self.raw_task or {})
 
 
+class _CallableFlag:
+    """A bool that can also be called (``flag`` and ``flag()`` give the same answer)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __bool__(self) -> bool:
+        return self.value
+
+    def __call__(self) -> bool:
+        return self.value
+
+    def __eq__(self, other: object) -> bool:
+        return self.value == (bool(other) if isinstance(other, _CallableFlag) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 class Workflow:
     """Base class of workflows: run a task with the model, return Experiences.
 
@@ -208,10 +232,22 @@ class Workflow:
             return await asyncio.to_thread(self.run)
         raise NotImplementedError(f"{type(self).__name__} implements neither run nor run_async")
 
+    @property
+    def asynchronous(self) -> bool:
+        """Trinity-RFT's deprecated spelling of ``is_async``."""
+        return bool(type(self).is_async)
+
     # ------------------------------------------------------------------ reuse
-    def resettable(self) -> bool:
-        """Whether :meth:`reset` can re-target this instance at another task."""
-        return bool(self.can_reset)
+    @property
+    def resettable(self) -> _CallableFlag:
+        """Whether :meth:`reset` can re-target this instance at another task (``can_reset``).
+
+        The guides call it (``workflow.resettable()``) and override it as a method;
+        Trinity-RFT 0.6 reads it as a property (``if workflow.resettable:``) and overrides it
+        as one. The value works both ways, and the runners read any override through
+        :func:`is_resettable`.
+        """
+        return _CallableFlag(bool(type(self).can_reset))
 
     def reset(self, task: Task) -> None:
         """Re-initialise for ``task`` (implement together with ``resettable() -> True``)."""
@@ -315,7 +351,7 @@ async def run_task_async(
             f"{', '.join(CONCURRENT_MODES)}"
         )
     cls = task.workflow_cls
-    if workflow is not None and type(workflow) is cls and workflow.resettable():
+    if workflow is not None and type(workflow) is cls and is_resettable(workflow):
         task.workflow = cls
         task.reward_fn = task.reward_fn_cls
         workflow.task = task
@@ -327,7 +363,7 @@ async def run_task_async(
 
     async def one_run(flow: Workflow, run_id: int) -> list[Experience]:
         flow.set_repeat_times(1, run_id_base=run_id)
-        run_exps = _checked(cls, await flow.run_async())
+        run_exps = _checked(cls, await run_workflow(flow))
         for exp in run_exps:
             exp.eid.run = run_id
         return run_exps
@@ -335,7 +371,7 @@ async def run_task_async(
     experiences: list[Experience] = []
     if workflow.repeatable:
         workflow.set_repeat_times(repeat_times, run_id_base=run_id_base)
-        experiences = _checked(cls, await workflow.run_async())
+        experiences = _checked(cls, await run_workflow(workflow))
     elif concurrent_mode == "sequential" or repeat_times == 1:
         for run_id in run_ids:
             experiences.extend(await one_run(workflow, run_id))
@@ -398,6 +434,38 @@ def _checked(cls: type, result: Any) -> list[Experience]:
     return list(result)
 
 
+def is_resettable(workflow: Workflow) -> bool:
+    """Whether ``workflow`` can be reused through ``reset``: ``resettable`` is a method in
+    the guides' API and a property in Trinity-RFT's classes, and subclasses override either."""
+    value = workflow.resettable
+    return bool(value() if callable(value) else value)
+
+
+def entry_point(cls: type) -> str:
+    """``"run"`` or ``"run_async"``: the one the most derived class defining either defines.
+
+    A subclass of a built-in (async) workflow that overrides only ``run`` -- as code written
+    for Trinity-RFT, whose ``SimpleWorkflow`` is synchronous, does -- is run through its
+    ``run``; a class defining both is run through ``run_async``.
+    """
+    for klass in cls.__mro__:
+        if klass is Workflow:
+            break
+        if "run_async" in vars(klass):
+            return "run_async"
+        if "run" in vars(klass):
+            return "run"
+    return "run_async"
+
+
+async def run_workflow(workflow: Workflow) -> Any:
+    """One call of ``workflow`` through :func:`entry_point` (a synchronous ``run`` in a worker
+    thread, so it may block and call the model's sync API)."""
+    if entry_point(type(workflow)) == "run":
+        return await asyncio.to_thread(workflow.run)
+    return await workflow.run_async()
+
+
 def _overrides(cls: type, name: str) -> bool:
     return getattr(cls, name) is not getattr(Workflow, name)
 
@@ -425,3 +493,18 @@ def _positional_init_args(
             raise TypeError(f"{cls_name}(): cannot map positional arguments {args!r}")
         auxiliary_models = rest[0]
     return task, model, auxiliary_models
+
+
+#: Trinity-RFT class names with no class of their own here: its ``BaseSimpleWorkflow`` (a
+#: ``SimpleWorkflow`` without ``run``) and its async twins (every built-in here is async).
+_UPSTREAM_ALIASES = {
+    "BaseSimpleWorkflow": "SimpleWorkflow",
+    "AsyncSimpleWorkflow": "SimpleWorkflow",
+    "AsyncMathWorkflow": "MathWorkflow",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Built-in workflow classes by name (``trinity.common.workflows.workflow.SimpleWorkflow``,
+    Trinity-RFT's path), resolved through the ``trinity.workflows`` entry points."""
+    return WORKFLOWS.module_getattr(__name__, _UPSTREAM_ALIASES.get(name, name))
