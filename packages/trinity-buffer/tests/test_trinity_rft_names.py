@@ -26,6 +26,17 @@ def test_registries_under_trinity_rft_names():
     assert PRIORITY_FUNC is PRIORITY_FN
 
 
+def test_selectors_under_trinity_rft_module_paths():
+    from trinity.buffer.selector import selector
+    from trinity.common.constants import SELECTOR_METRIC
+
+    assert selector.SELECTORS is SELECTORS and selector.BaseSelector is BaseSelector
+    # the key the task set reader takes selector feedback under is core's constant
+    from trinity.buffer.taskset import SELECTOR_METRIC as buffer_key
+
+    assert buffer_key is SELECTOR_METRIC == "selector_metric"
+
+
 def _exp(**kw) -> Experience:
     return Experience(
         eid=EID(batch=1, task=2, run=3),
