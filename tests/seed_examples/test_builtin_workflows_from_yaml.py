@@ -67,6 +67,7 @@ def test_guide_taskset_snippet_runs_math_workflow(tmp_path):
     [
         ("math_boxed_workflow", None, 0.0),  # the answers are not boxed
         ("simple_workflow", "math_reward", 1.1),
+        ("async_simple_workflow", "math_reward", 1.1),  # Trinity-RFT's name, in a YAML
         ("arithmetic_workflow", None, 1.0),  # the first number in the answer is right
     ],
 )

@@ -50,7 +50,17 @@ def _game_player(messages, sample_index):
 
 WORKFLOW_ATTRS = {
     "simple_workflow": {"task_args": MATH, "other_task_args": MATH_OTHER, "responses": ["4", "5"]},
+    "async_simple_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["4", "5"],
+    },
     "math_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["<think>2+2</think><answer>4</answer>", "<answer>5</answer>"],
+    },
+    "async_math_workflow": {
         "task_args": MATH,
         "other_task_args": MATH_OTHER,
         "responses": ["<think>2+2</think><answer>4</answer>", "<answer>5</answer>"],

@@ -149,8 +149,12 @@ def test_trinity_rft_module_paths_resolve_to_the_builtins():
 
     assert UpstreamSimple is SimpleWorkflow and UpstreamMath is MathWorkflow
     assert UpstreamBoxed is MathBoxedWorkflow
-    assert BaseSimpleWorkflow is SimpleWorkflow and AsyncSimpleWorkflow is SimpleWorkflow
-    assert AsyncMathWorkflow is MathWorkflow
+    assert BaseSimpleWorkflow is SimpleWorkflow
+    assert issubclass(AsyncSimpleWorkflow, SimpleWorkflow) and AsyncSimpleWorkflow.is_async
+    assert issubclass(AsyncMathWorkflow, MathWorkflow)
+    # Trinity-RFT's registry names of the two
+    assert WORKFLOWS.get("async_simple_workflow") is AsyncSimpleWorkflow
+    assert WORKFLOWS.get("async_math_workflow") is AsyncMathWorkflow
     assert MathRewardFn is rewards_math.MathRewardFn
     assert MathBoxedRewardFn is rewards_math.MathBoxedRewardFn
     with pytest.raises(ImportError, match="NoSuchWorkflow"):

@@ -39,7 +39,9 @@ from trinity.workflows.rewards.base import (
 
 __all__ = [
     "SimpleWorkflow",
+    "AsyncSimpleWorkflow",
     "MathWorkflow",
+    "AsyncMathWorkflow",
     "MathBoxedWorkflow",
     "MathRMWorkflow",
     "CountdownWorkflow",
@@ -226,6 +228,17 @@ class MathWorkflow(SimpleWorkflow):
         ):
             return R1_SYSTEM_PROMPT
         return None
+
+
+@WORKFLOWS.register_module("async_simple_workflow")
+class AsyncSimpleWorkflow(SimpleWorkflow):
+    """Trinity-RFT's ``async_simple_workflow``: :class:`SimpleWorkflow`, which is async here
+    already; the name and class exist so configs and subclasses written for it run."""
+
+
+@WORKFLOWS.register_module("async_math_workflow")
+class AsyncMathWorkflow(MathWorkflow):
+    """Trinity-RFT's ``async_math_workflow``: :class:`MathWorkflow` (async here already)."""
 
 
 @WORKFLOWS.register_module("math_boxed_workflow")

@@ -495,13 +495,9 @@ def _positional_init_args(
     return task, model, auxiliary_models
 
 
-#: Trinity-RFT class names with no class of their own here: its ``BaseSimpleWorkflow`` (a
-#: ``SimpleWorkflow`` without ``run``) and its async twins (every built-in here is async).
-_UPSTREAM_ALIASES = {
-    "BaseSimpleWorkflow": "SimpleWorkflow",
-    "AsyncSimpleWorkflow": "SimpleWorkflow",
-    "AsyncMathWorkflow": "MathWorkflow",
-}
+#: Trinity-RFT class names with no class of their own here: its ``BaseSimpleWorkflow`` is a
+#: ``SimpleWorkflow`` without ``run`` (a subclass brings its own ``run``).
+_UPSTREAM_ALIASES = {"BaseSimpleWorkflow": "SimpleWorkflow"}
 
 
 def __getattr__(name: str) -> Any:
