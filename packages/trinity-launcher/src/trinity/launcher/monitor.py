@@ -104,9 +104,19 @@ class WandbMonitor:
         self.run.log(_scalars(metrics), step=step)
 
     def close(self) -> None:
+        """Finish the run and wait until W&B has written it out.
+
+        ``run.finish()`` can return before wandb-core has written the run's records: an
+        offline run's ``.wandb`` log was seen holding only its 7-byte header right after it,
+        so a process killed then would lose the whole run. ``wandb.teardown()`` waits for the
+        service to close its streams (it also finishes any other run left open in this
+        process, which is ending its job anyway)."""
         if self.run is not None:
+            import wandb
+
             self.run.finish()
             self.run = None
+            wandb.teardown()
 
 
 @MONITOR.register_module("mlflow")
