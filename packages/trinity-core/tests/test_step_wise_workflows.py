@@ -134,6 +134,21 @@ def test_a_bad_reward_is_an_error_naming_the_workflow(bad, error, match):
         run_task(Task(workflow=Bad, raw_task={}), _model())
 
 
+def test_numpy_and_torch_rewards_are_taken_as_floats():
+    import numpy as np
+    import torch
+
+    for value in (np.float32(0.25), torch.tensor(0.25), 1):
+
+        class Numeric(Propagator):
+            def reward(self, exps, value=value):
+                return value
+
+        exps = run_task(Task(workflow=Numeric, raw_task={}), _model())
+        assert {e.reward for e in exps} == {float(value)}
+        assert all(type(e.reward) is float for e in exps)
+
+
 def test_a_bad_max_step_num_is_an_error():
     class NoSteps(Propagator):
         max_step_num = 0

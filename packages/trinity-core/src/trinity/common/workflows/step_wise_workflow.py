@@ -135,17 +135,24 @@ class _StepWorkflow(Workflow):
 
 
 def _checked_reward(workflow: Workflow, value: Any) -> float:
-    """``value`` as a finite float, or a ``TypeError``/``ValueError`` naming the workflow."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """``value`` as a finite float (a numpy or 0-d torch number converts), or a
+    ``TypeError``/``ValueError`` naming the workflow."""
+    number: Optional[float] = None
+    if not isinstance(value, (bool, str, bytes)) and value is not None:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = None
+    if number is None:
         raise TypeError(
             f"{type(workflow).__name__}.reward returned {type(value).__name__} {value!r}; "
             "expected a float"
         )
-    if not math.isfinite(value):
+    if not math.isfinite(number):
         raise ValueError(
             f"{type(workflow).__name__}.reward returned {value!r}; expected a finite float"
         )
-    return float(value)
+    return number
 
 
 class StepWiseRewardWorkflow(_StepWorkflow):
