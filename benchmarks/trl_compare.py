@@ -15,10 +15,16 @@ bonus, no KL term, response length, temperature 1.0 and seed:
   16 heads) on the same task with answers of up to 64 tokens, lr 1e-4.
 
 Sides: ``trinity`` (mode both, ``sync_offset: 0``), ``trinity-offset1`` (the explorer one
-step ahead; on one CPU box both halves share the cores, so this is recorded, with no target)
-and ``trl`` (TRL 1.16 ``GRPOTrainer``, transformers generation, in ``.venvs/benchmark``: TRL
-cannot share an environment with verl, see ``pyproject.toml``). Each side is a fresh process
-started by this script; its clock starts when the process is launched.
+step ahead; on one CPU box both halves share the cores, so this is recorded, with no target),
+``trl`` (TRL 1.16 ``GRPOTrainer``, transformers generation, in ``.venvs/benchmark``: TRL
+cannot share an environment with verl, see ``pyproject.toml``), and ``floor``
+(``benchmarks/shape_floor.py``: one bare vLLM engine with Trinity's CPU engine settings
+generating each step's samples, no Trinity code, no trainer, no Ray; the least any run in the
+product's shape, vLLM rollouts on Ray, can cost). Each side is a fresh process started by this
+script; its clock starts when the process is launched. The floor learns nothing: its "time to
+0.8" is its start-up plus its per-step time over the steps the learning sides needed to get
+there, plus that many bare training steps (the train-step check's fastest bare side), and it
+also reports what ``ray.init`` alone takes here.
 
 For each side: **startup** (launch to the end of step 1), **s/step** (median time between
 consecutive step ends, from step 3 on), **time to 0.8** (launch to the first step whose 5-step
@@ -87,7 +93,9 @@ SHARED = {
     "grad_clip": 1.0,
     "seed": 42,
 }
-SIDES = ("trinity", "trinity-offset1", "trl")
+SIDES = ("trinity", "trinity-offset1", "trl", "floor")
+#: At most this many generations for the ``floor`` side (its per-step time settles quickly).
+FLOOR_STEPS = 20
 
 
 # ------------------------------------------------------------------------------- the sides
@@ -207,6 +215,40 @@ def run_trl(name: str, model: str, steps: int, workdir: Path, python: Path) -> d
     return {"steps": steps_out, "wall": time.time() - launched}
 
 
+def run_floor(name: str, model: str, steps: int, workdir: Path) -> dict[str, Any]:
+    """Launch ``benchmarks/shape_floor.py``: one bare vLLM engine generating the steps."""
+    spec = CONFIGS[name]
+    out = workdir / f"{name}-floor.jsonl"
+    out.unlink(missing_ok=True)
+    spec_path = workdir / f"{name}-floor.json"
+    launched = time.time()
+    spec_path.write_text(
+        json.dumps(
+            {
+                **SHARED,
+                "launched_at": launched,
+                "model": model,
+                "data": str(DATA),
+                "out": str(out),
+                "steps": min(steps, FLOOR_STEPS),
+                "max_response_tokens": spec["max_response_tokens"],
+            }
+        )
+    )
+    with (workdir / f"{name}-floor.log").open("w") as log:
+        code = subprocess.call(
+            [sys.executable, str(REPO / "benchmarks" / "shape_floor.py"), str(spec_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    if code != 0:
+        raise RuntimeError(f"floor ({name}) exited {code}; see {workdir / f'{name}-floor.log'}")
+    lines = [json.loads(line) for line in out.read_text().splitlines() if line]
+    ray_init = next(line["ray_init_s"] for line in lines if "ray_init_s" in line)
+    steps_out = [{**line, "reward": 0.0} for line in lines if "step" in line]
+    return {"steps": steps_out, "wall": time.time() - launched, "ray_init_s": ray_init}
+
+
 # ------------------------------------------------------------------------------ summaries
 
 
@@ -229,6 +271,42 @@ def summarize(run: dict[str, Any]) -> dict[str, Optional[float]]:
         "first_reward": statistics.fmean(rewards[:5]) if rewards else None,
         "final_reward": statistics.fmean(rewards[-5:]) if rewards else None,
     }
+
+
+def steps_to(run: dict[str, Any], time_s: Optional[float]) -> Optional[int]:
+    """The step whose end is at ``time_s`` (a summary's ``time_to_0.8_s``), or ``None``."""
+    if time_s is None:
+        return None
+    return next((s["step"] for s in run["steps"] if s["t"] == time_s), None)
+
+
+def floor_summary(
+    floor: dict[str, Any], steps_needed: Optional[int], train_s: Optional[float] = None
+) -> dict[str, Any]:
+    """The ``floor`` side's startup and s/step, and its time to 0.8 had it learned as fast as
+    the sides that did: launch to its first generation, then ``steps_needed - 1`` more
+    generations, plus ``steps_needed`` bare training steps of ``train_s`` each (the fastest
+    bare HF step of the train-step check; 0 when it did not run), one after the other as in
+    sync mode. No Ray, no Trinity code: a lower bound of any run in the product's shape.
+    ``engine_time_to_0.8_s`` leaves the training out."""
+    s = summarize(floor)
+    out: dict[str, Any] = {
+        "steps": s["steps"],
+        "startup_s": s["startup_s"],
+        "s_per_step": s["s_per_step"],
+        "ray_init_s": floor["ray_init_s"],
+        "bare_train_step_s": train_s,
+        "steps_to_0.8": steps_needed,
+        "engine_time_to_0.8_s": None,
+        "time_to_0.8_s": None,
+        "first_reward": None,
+        "final_reward": None,
+    }
+    if steps_needed and s["startup_s"] is not None and s["s_per_step"] is not None:
+        engine = s["startup_s"] + (steps_needed - 1) * s["s_per_step"]
+        out["engine_time_to_0.8_s"] = engine
+        out["time_to_0.8_s"] = engine + steps_needed * (train_s or 0.0)
+    return out
 
 
 def breakdown(run: dict[str, Any]) -> dict[str, float]:
@@ -448,7 +526,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     configs = [c for c in args.configs.split(",") if c]
     sides = [s for s in args.sides.split(",") if s]
     if args.smoke and args.sides == ",".join(SIDES):
-        sides = ["trinity", "trl"]
+        sides = ["trinity", "trl", "floor"]
     for name in configs:
         if name not in CONFIGS:
             parser.error(f"--configs: unknown {name!r}; allowed: {', '.join(CONFIGS)}")
@@ -469,6 +547,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         build_tiny_model(model, PRESETS[spec["preset"]])
         steps = args.steps or (spec["smoke_steps"] if args.smoke else spec["steps"])
         entry: dict[str, Any] = {"steps": steps, "sides": {}}
+        runs: dict[str, dict[str, Any]] = {}
         for side in sides:
             print(f"[{name}] {side}: {steps} steps ...", flush=True)
             workdir = out / "runs"
@@ -476,6 +555,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             try:
                 if side == "trl":
                     run = run_trl(name, model, steps, workdir, args.trl_python)
+                elif side == "floor":
+                    runs[side] = run_floor(name, model, steps, workdir)
+                    continue  # summarised below, with the step count the others needed
                 else:
                     run = run_trinity(name, side, model, steps, workdir)
             except RuntimeError as exc:
@@ -483,9 +565,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                 failed = True
                 continue
             summary = summarize(run)
-            if side != "trl":
+            if side not in ("trl", "floor"):
                 summary["breakdown"] = breakdown(run)
             entry["sides"][side] = summary
+            runs[side] = run
             curves[f"{name}/{side}"] = run
         t, r = entry["sides"].get("trinity"), entry["sides"].get("trl")
         if t and r:
@@ -499,6 +582,29 @@ def main(argv: Optional[list[str]] = None) -> int:
             entry["train_step_check"] = train_step_check(
                 name, model, out / "runs", 1 if args.smoke else args.reps, args.profile
             )
+        if "floor" in runs:
+            needed = [
+                steps_to(runs[k], entry["sides"][k]["time_to_0.8_s"])
+                for k in ("trinity", "trl")
+                if k in entry["sides"]
+            ]
+            known = [n for n in needed if n]
+            check = entry.get("train_step_check")
+            bare = (
+                min(v for k, v in check["medians_s"].items() if k != "trinity") if check else None
+            )
+            f = entry["sides"]["floor"] = floor_summary(
+                runs["floor"], min(known) if known else None, bare
+            )
+            if r:
+                entry.setdefault("ratios", {}).update(
+                    {
+                        "floor_startup_over_trl_time_to_0.8": ratio(
+                            f["startup_s"], r["time_to_0.8_s"]
+                        ),
+                        "floor_time_to_0.8_over_trl": ratio(f["time_to_0.8_s"], r["time_to_0.8_s"]),
+                    }
+                )
         results["configs"][name] = entry
 
     (out / "results.json").write_text(json.dumps(results, indent=2))
@@ -519,6 +625,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             )
         for key, value in (entry.get("ratios") or {}).items():
             print(f"  {key}: {fmt(value)}")
+        floor = entry["sides"].get("floor")
+        if floor:
+            print(
+                f"  floor: time to 0.8 = {floor['steps_to_0.8'] or '-'} steps of the engine "
+                f"({fmt(floor['engine_time_to_0.8_s'], 's')}) and of bare training "
+                f"({fmt(floor['bare_train_step_s'], 's')} each); ray.init alone "
+                f"{fmt(floor['ray_init_s'], 's')}"
+            )
         for side, s in entry["sides"].items():
             if "breakdown" in s:
                 parts = ", ".join(f"{k}={v:.3g}" for k, v in s["breakdown"].items())

@@ -1,6 +1,6 @@
 """``benchmarks/trl_compare.py``: its summaries (pure functions) and a smoke run of both configs
-with both sides (``--smoke``: a few steps each, Trinity and TRL's ``GRPOTrainer``, plus the
-train-step check). Timings are recorded, never asserted: on a shared CI machine they measure
+with both sides (``--smoke``: a few steps each, Trinity and TRL's ``GRPOTrainer``, the bare vLLM
+floor, plus the train-step check). Timings are recorded, never asserted: on a shared CI machine they measure
 the machine's load. TRL's environment (``.venvs/benchmark``) is built by ``scripts/test.sh``
 and ``scripts/bench_env.sh``."""
 
@@ -41,6 +41,25 @@ def test_summary_reads_startup_step_time_and_time_to_target():
     assert s["final_reward"] == pytest.approx(0.9)
     never = trl_compare.summarize(_run(times, [0.1] * 8))
     assert never["time_to_0.8_s"] is None
+
+
+def test_floor_time_to_target_counts_the_steps_the_learning_sides_needed():
+    # the floor learns nothing: its time to 0.8 is its start-up plus (n - 1) of its steps,
+    # n being the step at which a learning side first reached the 5-step mean
+    learner = _run([10.0, 11.0, 11.5, 12.0, 12.5, 13.0, 13.5, 14.0], [0.0] * 3 + [0.9] * 5)
+    reached = trl_compare.summarize(learner)["time_to_0.8_s"]
+    assert trl_compare.steps_to(learner, reached) == 8
+    assert trl_compare.steps_to(learner, None) is None
+    floor = {**_run([5.0, 5.1, 5.3, 5.5], [0.0] * 4), "ray_init_s": 2.5}
+    f = trl_compare.floor_summary(floor, 8)
+    assert f["startup_s"] == 5.0 and f["s_per_step"] == pytest.approx(0.2)
+    assert f["time_to_0.8_s"] == pytest.approx(5.0 + 7 * 0.2)
+    assert f["engine_time_to_0.8_s"] == f["time_to_0.8_s"]  # no train-step check ran
+    assert f["ray_init_s"] == 2.5 and f["steps_to_0.8"] == 8
+    trained = trl_compare.floor_summary(floor, 8, train_s=0.05)
+    assert trained["engine_time_to_0.8_s"] == pytest.approx(5.0 + 7 * 0.2)
+    assert trained["time_to_0.8_s"] == pytest.approx(5.0 + 7 * 0.2 + 8 * 0.05)
+    assert trl_compare.floor_summary(floor, None)["time_to_0.8_s"] is None
 
 
 def test_trinity_config_shares_the_settings_with_trl(tmp_path):
@@ -91,6 +110,9 @@ def test_smoke_both_configs_both_sides(tmp_path):
         breakdown = entry["sides"]["trinity"]["breakdown"]
         for key in ("time/train/forward_backward", "time/train/optimizer", "train/real_tokens"):
             assert key in breakdown, key
+        floor = entry["sides"]["floor"]  # the bare vLLM engine, no Trinity code
+        assert floor["steps"] == trl_compare.CONFIGS[name]["smoke_steps"], name
+        assert floor["startup_s"] > 0 and floor["s_per_step"] > 0 and floor["ray_init_s"] > 0
     check = results["configs"]["realistic"]["train_step_check"]
     assert results["configs"]["quickstart"]["train_step_check"]["micro_batches"] >= 1
     assert check["ratio_trinity_over_bare"] > 0 and check["micro_batches"] >= 1
