@@ -852,3 +852,23 @@ def test_bench_is_never_renamed(tmp_path: Path, cuda) -> None:
     again = load_config(dict(data, continue_from_checkpoint=False))
     again.check_and_update()
     assert again.name == "exp"
+
+
+def test_trinity_rft_enum_assignments_validate_as_their_values(tmp_path: Path, cuda) -> None:
+    # Trinity-RFT's tests and examples assign the enums of trinity.common.constants to config
+    # fields; check_and_update turns them into the plain values YAML configs carry, and the
+    # config still saves (yaml cannot write an enum object)
+    from trinity.common.config import save_config
+    from trinity.common.constants import StorageType, SyncMethod, SyncStyle
+
+    config = load_config(runnable(checkpoint_root_dir=str(tmp_path / "ckpt")))
+    config.buffer.trainer_input.experience_buffer.storage_type = StorageType.SQL
+    config.synchronizer.sync_method = SyncMethod.CHECKPOINT
+    config.synchronizer.sync_style = SyncStyle.DYNAMIC_BY_EXPLORER
+    config.check_and_update()
+    assert type(config.buffer.trainer_input.experience_buffer.storage_type) is str
+    assert config.buffer.trainer_input.experience_buffer.storage_type == "sql"
+    assert type(config.synchronizer.sync_method) is str
+    assert config.synchronizer.sync_style == "dynamic_by_explorer"
+    save_config(config, str(tmp_path / "saved.yaml"))
+    assert "storage_type: sql" in (tmp_path / "saved.yaml").read_text()

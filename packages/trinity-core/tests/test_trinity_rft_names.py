@@ -50,3 +50,31 @@ def test_default_mapping_lists_registered_names():
         pass
 
     assert reg._default_mapping == {"thing": f"{__name__}.{Thing.__qualname__}"}
+
+
+def test_constants_enums_of_trinity_rft():
+    from trinity.common import constants as c
+
+    # names and values as Trinity-RFT's trinity.common.constants
+    assert [m.value for m in c.StorageType][:3] == ["sql", "queue", "file"]
+    assert {m.name for m in c.SyncMethod} >= {"NCCL", "CHECKPOINT"}
+    assert [m.value for m in c.SyncStyle] == ["fixed", "dynamic_by_trainer", "dynamic_by_explorer"]
+    assert [m.value for m in c.PromptType] == ["messages", "chatpair", "plaintext"]
+    assert (c.TaskType.EXPLORE.value, c.TaskType.EVAL.value) == (0, 1)
+    assert c.RunningStatus("require_sync") is c.RunningStatus.REQUIRE_SYNC
+    assert c.DataProcessorPipelineType.TASK.value == "task_pipeline"
+    assert (c.EXPLORER_NAME, c.TRAINER_NAME) == ("explorer", "trainer")
+    # case-insensitive names and values (Trinity-RFT's CaseInsensitiveEnum)
+    assert c.StorageType.sql is c.StorageType["Sql"] is c.StorageType("SQL") is c.StorageType.SQL
+    assert c.MonitorType("WandB") is c.MonitorType.WANDB
+    # Trinity-RFT's deprecated sync method names
+    assert c.SyncMethod("online") is c.SyncMethod.NCCL
+    assert c.SyncMethod("Offline") is c.SyncMethod.CHECKPOINT
+    # str enums: a member and the config string it stands for are interchangeable
+    assert c.StorageType.QUEUE == "queue" and {"queue": 1}[c.StorageType.QUEUE] == 1
+    assert f"{c.SyncStyle.FIXED}" == "fixed"
+    with pytest.raises(ValueError):
+        c.StorageType("tape")
+    with pytest.raises(AttributeError, match="StorageType has no member 'tape'; members: SQL"):
+        c.StorageType.tape  # noqa: B018
+    assert not hasattr(c.StorageType, "tape")
