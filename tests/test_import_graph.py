@@ -17,6 +17,7 @@ PACKAGES = (
     "trinity.testing",
     "trinity.algorithm",
     "trinity.buffer",
+    "trinity.data",
     "trinity.workflows",
     "trinity.launcher",
     "trinity.manager",

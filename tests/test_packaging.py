@@ -24,7 +24,8 @@ NAMESPACES = {
     # trinity.testing is the contract test kit that trinity-core ships (docs/testing-plugins.md)
     "trinity_core": ("trinity/common/", "trinity/utils/", "trinity/testing/"),
     "trinity_algorithms": ("trinity/algorithm/",),
-    "trinity_buffer": ("trinity/buffer/",),
+    # trinity.data: Trinity-RFT's older operator and pipeline paths (aliases; docs/compat.md)
+    "trinity_buffer": ("trinity/buffer/", "trinity/data/"),
     "trinity_workflows": ("trinity/workflows/",),
     "trinity_launcher": ("trinity/launcher/", "trinity/manager/"),
 }

@@ -86,3 +86,38 @@ def test_reward_shaping_mapper_takes_reward_shaping_configs():
     exp = Experience(tokens=[1, 2], reward=1.0, info={"q": 3, "d": 2})
     (out,), metrics = op.process([exp])
     assert out.reward == (1.0 + 3) * 0.5 * 2 and exp.reward == 1.0 and metrics == {}
+
+
+def test_guide_s_trinity_data_paths_are_the_buffer_s_objects():
+    # the developer guide names trinity.data.operators.{EXPERIENCE_OPERATORS,
+    # ExperienceOperator, DataJuicerOperator} and trinity.data.pipelines.ExperiencePipeline
+    import trinity.buffer.operators as ops
+    import trinity.buffer.pipelines as pipes
+    from trinity.data.operators import EXPERIENCE_OPERATORS, DataJuicerOperator
+    from trinity.data.operators import ExperienceOperator as GuideOperator
+    from trinity.data.pipelines import ExperiencePipeline
+
+    assert EXPERIENCE_OPERATORS is ops.EXPERIENCE_OPERATORS
+    assert GuideOperator is ops.ExperienceOperator
+    assert DataJuicerOperator is ops.DataJuicerOperator
+    assert ExperiencePipeline is pipes.ExperiencePipeline
+
+    # an operator registered through the guide's path is found by name in the one registry
+    @EXPERIENCE_OPERATORS.register_module("guide_path_reward_floor")
+    class RewardFloor(GuideOperator):
+        def __init__(self, threshold: float = 0.0) -> None:
+            self.threshold = threshold
+
+        def process(self, exps):
+            kept = [e for e in exps if e.reward >= self.threshold]
+            return kept, {"filtered_count": len(exps) - len(kept)}
+
+    try:
+        (op,) = ops.create_operators(
+            [OperatorConfig(name="guide_path_reward_floor", args={"threshold": 0.5})]
+        )
+        assert isinstance(op, RewardFloor)
+        kept, metrics = op.process([_exp(), Experience(tokens=[1, 2], reward=0.1)])
+        assert [e.reward for e in kept] == [0.5] and metrics == {"filtered_count": 1}
+    finally:
+        EXPERIENCE_OPERATORS.unregister("guide_path_reward_floor")
