@@ -107,7 +107,7 @@ class GenerationConfig(_Section):
 
     def get(self, key: str, default: Any = None) -> Any:
         """``rollout_args.get("temperature")``, as on Trinity-RFT's dict."""
-        return getattr(self, key) if key in type(self).model_fields else default
+        return self[key] if key in self else default
 
     def items(self) -> list[tuple[str, Any]]:
         return [(k, getattr(self, k)) for k in type(self).model_fields]
