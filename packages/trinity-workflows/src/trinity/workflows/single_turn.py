@@ -182,12 +182,15 @@ class SimpleWorkflow(ResettableWorkflowMixin, Workflow):
         return await self.score_all(responses)
 
     def reward_kwargs(self, exp: Experience) -> dict[str, Any]:
-        """Keyword arguments offered to the reward function for one response."""
+        """Keyword arguments offered to the reward function for one response
+        (``response_token``: the response's token ids, as Trinity-RFT passes them)."""
+        tokens = exp.tokens
         return {
             "response": exp.response_text or "",
             "truth": self.truth,
             "prompt": self.task_desc,
             "raw_task": self.raw_task,
+            "response_token": None if tokens is None else tokens[exp.prompt_length :],
         }
 
     async def score_all(self, responses: Sequence[Experience]) -> list[Experience]:
