@@ -178,6 +178,29 @@ def run_trinity(name: str, side: str, model: str, steps: int, workdir: Path) -> 
     return {"steps": steps_out, "wall": time.time() - launched}
 
 
+def _run_script(
+    name: str, side: str, python: Path, script: str, spec: dict[str, Any], workdir: Path
+) -> tuple[list[dict[str, Any]], float]:
+    """Launch ``benchmarks/<script> SPEC.json`` with ``python``; return the JSON lines it wrote
+    to the spec's ``out`` and the clock it was launched at (``launched_at`` in the spec)."""
+    out = workdir / f"{name}-{side}.jsonl"
+    out.unlink(missing_ok=True)
+    spec_path = workdir / f"{name}-{side}.json"
+    launched = time.time()
+    spec = {**SHARED, **spec, "launched_at": launched, "data": str(DATA), "out": str(out)}
+    spec_path.write_text(json.dumps(spec))
+    log_path = workdir / f"{name}-{side}.log"
+    with log_path.open("w") as log:
+        code = subprocess.call(
+            [str(python), str(REPO / "benchmarks" / script), str(spec_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    if code != 0:
+        raise RuntimeError(f"{side} ({name}) exited {code}; see {log_path}")
+    return [json.loads(line) for line in out.read_text().splitlines() if line], launched
+
+
 def run_trl(name: str, model: str, steps: int, workdir: Path, python: Path) -> dict[str, Any]:
     """Launch ``benchmarks/trl_side.py`` in TRL's environment."""
     if not python.exists():
@@ -185,65 +208,36 @@ def run_trl(name: str, model: str, steps: int, workdir: Path, python: Path) -> d
             f"TRL's environment is missing ({python}); create it with ./scripts/bench_env.sh"
         )
     spec = CONFIGS[name]
-    out = workdir / f"{name}-trl.jsonl"
-    out.unlink(missing_ok=True)
-    spec_path = workdir / f"{name}-trl.json"
-    launched = time.time()
-    spec_path.write_text(
-        json.dumps(
-            {
-                **SHARED,
-                "launched_at": launched,
-                "model": model,
-                "data": str(DATA),
-                "out": str(out),
-                "steps": steps,
-                "max_response_tokens": spec["max_response_tokens"],
-                "lr": spec["lr"],
-            }
-        )
+    lines, launched = _run_script(
+        name,
+        "trl",
+        python,
+        "trl_side.py",
+        {
+            "model": model,
+            "steps": steps,
+            "max_response_tokens": spec["max_response_tokens"],
+            "lr": spec["lr"],
+        },
+        workdir,
     )
-    with (workdir / f"{name}-trl.log").open("w") as log:
-        code = subprocess.call(
-            [str(python), str(REPO / "benchmarks" / "trl_side.py"), str(spec_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    if code != 0:
-        raise RuntimeError(f"trl ({name}) exited {code}; see {workdir / f'{name}-trl.log'}")
-    steps_out = [json.loads(line) for line in out.read_text().splitlines() if line]
-    return {"steps": steps_out, "wall": time.time() - launched}
+    return {"steps": lines, "wall": time.time() - launched}
 
 
 def run_floor(name: str, model: str, steps: int, workdir: Path) -> dict[str, Any]:
     """Launch ``benchmarks/shape_floor.py``: one bare vLLM engine generating the steps."""
-    spec = CONFIGS[name]
-    out = workdir / f"{name}-floor.jsonl"
-    out.unlink(missing_ok=True)
-    spec_path = workdir / f"{name}-floor.json"
-    launched = time.time()
-    spec_path.write_text(
-        json.dumps(
-            {
-                **SHARED,
-                "launched_at": launched,
-                "model": model,
-                "data": str(DATA),
-                "out": str(out),
-                "steps": min(steps, FLOOR_STEPS),
-                "max_response_tokens": spec["max_response_tokens"],
-            }
-        )
+    lines, launched = _run_script(
+        name,
+        "floor",
+        Path(sys.executable),
+        "shape_floor.py",
+        {
+            "model": model,
+            "steps": min(steps, FLOOR_STEPS),
+            "max_response_tokens": CONFIGS[name]["max_response_tokens"],
+        },
+        workdir,
     )
-    with (workdir / f"{name}-floor.log").open("w") as log:
-        code = subprocess.call(
-            [sys.executable, str(REPO / "benchmarks" / "shape_floor.py"), str(spec_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    if code != 0:
-        raise RuntimeError(f"floor ({name}) exited {code}; see {workdir / f'{name}-floor.log'}")
-    lines = [json.loads(line) for line in out.read_text().splitlines() if line]
     ray_init = next(line["ray_init_s"] for line in lines if "ray_init_s" in line)
     steps_out = [{**line, "reward": 0.0} for line in lines if "step" in line]
     return {"steps": steps_out, "wall": time.time() - launched, "ray_init_s": ray_init}
