@@ -19,6 +19,7 @@ __all__ = [
     "TRAINER_NAME",
     "ROLLOUT_WEIGHT_SYNC_GROUP_NAME",
     "SELECTOR_METRIC",
+    "SYNC_METHOD_ALIASES",
     "CaseInsensitiveEnumMeta",
     "CaseInsensitiveEnum",
     "PromptType",
@@ -36,6 +37,9 @@ __all__ = [
 EXPLORER_NAME = "explorer"
 TRAINER_NAME = "trainer"
 ROLLOUT_WEIGHT_SYNC_GROUP_NAME = "rollout_weight_sync"
+
+#: Trinity-RFT's deprecated ``sync_method`` names and what they mean now.
+SYNC_METHOD_ALIASES = {"online": "nccl", "offline": "checkpoint"}
 
 #: Key of the pipeline metric that carries task-selector feedback:
 #: ``{SELECTOR_METRIC: {taskset_id: {"indices": [...], "values": [...]}}}`` (an operator
@@ -57,8 +61,9 @@ class CaseInsensitiveEnumMeta(EnumMeta):
         try:
             return cls[name]
         except KeyError:
+            members = ", ".join(m.name for m in cls)  # type: ignore[attr-defined]
             raise AttributeError(
-                f"{cls.__name__} has no member {name!r}; members: {', '.join(m.name for m in cls)}"  # type: ignore[attr-defined]
+                f"{cls.__name__} has no member {name!r}; members: {members}"
             ) from None
 
     def __call__(cls, value: Any, *args: Any, **kwargs: Any) -> Any:
@@ -78,9 +83,8 @@ class PromptType(CaseInsensitiveEnum):
     """How a data set row holds its prompt (``format.prompt_type``)."""
 
     MESSAGES = "messages"  # a list of chat messages
-    CHATPAIR = (
-        "chatpair"  # prompt and response message lists (Trinity-RFT; not a config value here)
-    )
+    # prompt and response message lists (Trinity-RFT's; not a config value here)
+    CHATPAIR = "chatpair"
     PLAINTEXT = "plaintext"  # plain text
 
 
@@ -122,11 +126,9 @@ class _SyncMethodMeta(CaseInsensitiveEnumMeta):
     """Also takes Trinity-RFT's deprecated ``online`` (``nccl``) and ``offline``
     (``checkpoint``), as ``synchronizer.sync_method`` does."""
 
-    _ALIASES = {"online": "nccl", "offline": "checkpoint"}
-
     def __call__(cls, value: Any, *args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs and isinstance(value, str):
-            value = cls._ALIASES.get(value.lower(), value)
+            value = SYNC_METHOD_ALIASES.get(value.lower(), value)
         return super().__call__(value, *args, **kwargs)
 
 

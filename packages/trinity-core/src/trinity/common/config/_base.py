@@ -13,10 +13,14 @@ from pydantic import (
     Strict,
 )
 
-EXPLORER_NAME = "explorer"
-TRAINER_NAME = "trainer"
+from trinity.common.constants import (  # noqa: F401 - re-exported by trinity.common.config
+    EXPLORER_NAME,
+    ROLLOUT_WEIGHT_SYNC_GROUP_NAME,
+    SYNC_METHOD_ALIASES,
+    TRAINER_NAME,
+)
+
 DEFAULT_EXPERIENCE_BUFFER_NAME = "experience_buffer"
-ROLLOUT_WEIGHT_SYNC_GROUP_NAME = "rollout_weight_sync"
 
 # Environment variables shared with the launcher (same names as Trinity-RFT).
 PLUGIN_DIRS_ENV_VAR = "TRINITY_PLUGIN_DIRS"
@@ -63,7 +67,7 @@ StorageTypeName = Annotated[Literal["file", "queue", "priority_queue", "sql"], _
 PromptTypeName = Annotated[Literal["messages", "plaintext"], _normalized()]
 SyncMethodName = Annotated[
     Literal["nccl", "checkpoint", "memory"],
-    _normalized({"online": "nccl", "offline": "checkpoint"}),
+    _normalized(SYNC_METHOD_ALIASES),
 ]
 SyncStyleName = Annotated[
     Literal["fixed", "dynamic_by_explorer", "dynamic_by_trainer"],
