@@ -173,22 +173,6 @@ def test_run_task_repeats_non_repeatable_workflows_and_stamps_ids(names):
     assert {e.model_version for e in exps} == {7}
 
 
-def test_run_task_sets_rollout_args_n_for_the_workflow_s_kind(names):
-    # a repeatable workflow samples all runs in one call (n = repeat_times); any other is
-    # called repeat_times times with n = 1, whatever n the task came with (EchoWorkflow asks
-    # for task.rollout_args.n samples a call)
-    echo, repeat = names(), names()
-    WORKFLOWS.register_module(echo, EchoWorkflow)
-    WORKFLOWS.register_module(repeat, AsyncRepeatWorkflow)
-    task = Task(workflow=echo, repeat_times=3, rollout_args={"n": 8})
-    model = FakeModelWrapper(["4"])
-    assert len(run_task(task, model)) == 3 and task.rollout_args.n == 1
-    assert [c.kwargs["n"] for c in model.calls] == [1, 1, 1]
-    task = Task(workflow=repeat, repeat_times=3, rollout_args={"n": 1})
-    run_task(task, FakeModelWrapper(["a"]))
-    assert task.rollout_args.n == 3
-
-
 def test_run_task_lets_repeatable_workflows_produce_all_runs(names):
     name = names()
     WORKFLOWS.register_module(name, AsyncRepeatWorkflow)

@@ -123,7 +123,11 @@ class WorkflowRunner:
 
     async def _run(self, task: Task, run_id_base: int = 0) -> list[Experience]:
         cls = task.workflow_cls
-        workflow, model = await self._take(cls)  # run_task_async sets rollout_args.n
+        repeat_times = task.repeat_times or 1
+        # A repeatable workflow samples every run in one call (n = repeat_times); any other
+        # is called repeat_times times by run_task_async, one sample each.
+        task.rollout_args.n = repeat_times if getattr(cls, "can_repeat", False) else 1
+        workflow, model = await self._take(cls)
         seed_task = getattr(model, "seed_task", None)
         if callable(seed_task):  # reproducible samples whatever the engine's batching
             seed_task(task.batch_id, task.task_id, run_id_base)  # chunks of a task differ

@@ -351,10 +351,6 @@ async def run_task_async(
             f"{', '.join(CONCURRENT_MODES)}"
         )
     cls = task.workflow_cls
-    repeat_times = task.repeat_times or 1
-    # A repeatable workflow samples every run in one call (n = repeat_times); any other is
-    # called repeat_times times below, one sample each.
-    task.rollout_args.n = repeat_times if getattr(cls, "can_repeat", False) else 1
     if workflow is not None and type(workflow) is cls and is_resettable(workflow):
         task.workflow = cls
         task.reward_fn = task.reward_fn_cls
@@ -362,6 +358,7 @@ async def run_task_async(
         workflow.reset(task)
     else:
         workflow = task.to_workflow(model, auxiliary_models)
+    repeat_times = task.repeat_times or 1
     run_ids = range(run_id_base, run_id_base + repeat_times)
 
     async def one_run(flow: Workflow, run_id: int) -> list[Experience]:
