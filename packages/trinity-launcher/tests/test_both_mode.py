@@ -14,28 +14,13 @@ import yaml
 pytest.importorskip("verl")
 pytest.importorskip("ray")
 
-from trinity.launcher.both import required_version  # noqa: E402
-
-
-@pytest.mark.parametrize(
-    ("interval", "offset", "expected"),
-    [
-        (1, 0, [0, 1, 2, 3, 4]),
-        (2, 0, [0, 0, 2, 2, 4]),
-        (1, 1, [0, 0, 1, 2, 3]),
-        (2, 1, [0, 0, 0, 2, 2]),
-        (3, 2, [0, 0, 0, 0, 0, 3]),
-    ],
-)
-def test_required_version(interval, offset, expected):
-    got = [required_version(e, interval, offset) for e in range(1, len(expected) + 1)]
-    assert got == expected
+from trinity.launcher.run.clock import required_version  # noqa: E402
 
 
 def test_step_merger_holds_a_step_until_its_evaluation_is_logged():
     """The trainer may finish step 2 while step 2's evaluation still runs: the step's record
     waits, so the file gets one record per step, eval metrics included."""
-    from trinity.launcher.both import StepMerger
+    from trinity.launcher.run.records import StepMerger
 
     class Sink:
         def __init__(self):
@@ -206,7 +191,7 @@ def test_the_trainer_input_queue_is_in_process_unless_the_config_says_otherwise(
     value, on a copy); a config that sets wrap_in_ray, a storage other than a queue, or a
     pipeline output of its own keeps what it says."""
     from trinity.common.config import load_config
-    from trinity.launcher.both import with_queue_in_process
+    from trinity.launcher.run.plan import with_queue_in_process
 
     def exp_of(config):
         return config.buffer.trainer_input.experience_buffer

@@ -22,7 +22,7 @@ from cli_process import run_to_end as run_cli_to_end
 pytest.importorskip("verl")
 pytest.importorskip("ray")
 
-from trinity.launcher.both import required_version  # noqa: E402
+from trinity.launcher.run.clock import required_version  # noqa: E402
 
 TASKS = 8
 BATCH = 4
@@ -208,20 +208,37 @@ def test_checkpoints_that_cannot_be_resumed_are_refused(
 def test_a_matching_fingerprint_passes_the_checks(tmp_path, write_config):
     """The counterpart of the refusals: the same settings are accepted (checked without
     starting the run)."""
-    from trinity.launcher.both_checkpoint import check_fingerprint, run_fingerprint
+    from trinity.launcher.checkpoint import CheckpointSettings, RunCheckpointer
     from trinity.launcher.cli import prepare_config
     from trinity.launcher.explorer import Explorer
     from trinity.launcher.modes import LaunchInputError
 
     config, _ = prepare_config(str(write_config("same")))
     explorer = Explorer(config, monitor=None)
-    saved = json.loads(json.dumps(run_fingerprint(config, explorer)))
+    settings = CheckpointSettings.from_config(config, explorer)
+    saved = json.loads(json.dumps(settings.fingerprint))
     assert saved == fingerprint(tmp_path)
-    check_fingerprint(config, explorer, 2, {"fingerprint": saved})
+
+    def state(fingerprint: dict) -> dict:
+        return {
+            "version": 1,
+            "trainer_step": 2,
+            "explorer": {"step": 2, "taskset": None},
+            "fingerprint": fingerprint,
+            "metrics": {},
+            "experiences": 0,
+        }
+
+    run = job_dir(tmp_path, "same")
+    fake_checkpoint(run, 2, state(saved))
+    point = RunCheckpointer(settings).find()
+    assert point is not None and (point.train_step, point.explore_step) == (2, 2)
+    import shutil
+
+    shutil.rmtree(run)
+    fake_checkpoint(run, 2, state(dict(saved, **{"algorithm.repeat_times": 2})))
     with pytest.raises(LaunchInputError, match="algorithm.repeat_times: 2 then, 4 now"):
-        check_fingerprint(
-            config, explorer, 2, {"fingerprint": dict(saved, **{"algorithm.repeat_times": 2})}
-        )
+        RunCheckpointer(settings).find()
 
 
 def _exps(step: int, n: int) -> list:
@@ -234,7 +251,7 @@ def _exps(step: int, n: int) -> list:
 
 
 def test_the_ledger_keeps_what_the_trainer_has_not_read_in_queue_order():
-    from trinity.launcher.both import ExperienceLedger
+    from trinity.launcher.checkpoint import ExperienceLedger
 
     ledger = ExperienceLedger()
     first, second = _exps(1, 4), _exps(2, 4)
@@ -270,7 +287,7 @@ def test_the_pipeline_shows_what_it_is_about_to_write_before_writing_it():
 
 
 def test_metrics_after_the_checkpoint_are_dropped(tmp_path):
-    from trinity.launcher.both import truncate_metrics
+    from trinity.launcher.checkpoint import truncate_metrics
 
     path = tmp_path / "metrics.jsonl"
     lines = [json.dumps({"step": s, "x": s}) for s in (1, 2, 3, 4)]

@@ -191,7 +191,7 @@ def expect_ppo_critic(v: Validated) -> None:
 
 
 def expect_opmd_offpolicy(v: Validated) -> None:
-    from trinity.launcher.both import required_version
+    from trinity.launcher.run.clock import required_version
 
     (run,) = v.runs
     assert (run.mode, run.algorithm.algorithm_type) == ("both", "opmd")

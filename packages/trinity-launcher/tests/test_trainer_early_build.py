@@ -1,5 +1,5 @@
 """Mode ``both`` builds a trainer that runs in the driver on the CPU while Ray starts
-(``trinity.launcher.trainer.run.build_local_cpu_engines``): once, before ``ray.init`` returns,
+(``trinity.launcher.trainer.build.build_local_cpu_engines``): once, before ``ray.init`` returns,
 and a build that fails ends the run with its error, Ray shut down, nothing left running."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ ray = pytest.importorskip("ray")
 def in_process_run(tmp_path, both_config, arithmetic_tasks, monkeypatch, one_thread):
     """``run(**sections) -> metrics``: mode both in this process (run_both from a checked
     config) on 4 tasks, 2 steps; Ray started and shut down by the run itself."""
-    from trinity.launcher.both import run_both
     from trinity.launcher.cli import prepare_config
+    from trinity.launcher.modes import run_both
 
     monkeypatch.setenv("TRINITY_RAY_TMPDIR", tempfile.mkdtemp(prefix="tr-ray-"))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -40,7 +40,7 @@ def in_process_run(tmp_path, both_config, arithmetic_tasks, monkeypatch, one_thr
 
 @pytest.mark.slow
 def test_the_cpu_trainer_is_built_once_while_ray_starts(in_process_run, monkeypatch):
-    import trinity.launcher.trainer.run as run_module
+    import trinity.launcher.trainer.build as run_module
     from trinity.launcher.trainer.verl_engine import VerlTrainEngine
 
     built: list[object] = []
@@ -71,7 +71,7 @@ def test_the_cpu_trainer_is_built_once_while_ray_starts(in_process_run, monkeypa
 
 @pytest.mark.slow
 def test_a_trainer_that_fails_to_build_ends_the_run_with_its_error(in_process_run, monkeypatch):
-    import trinity.launcher.trainer.run as run_module
+    import trinity.launcher.trainer.build as run_module
 
     def broken(config):
         raise RuntimeError("the trainer could not be built (injected)")
@@ -85,7 +85,7 @@ def test_trainer_ranks_in_ray_workers_are_not_built_early(tmp_path, both_config,
     """Several trainer ranks are Ray workers in the run's placement: nothing is built before Ray
     (and nothing is imported or constructed by the check)."""
     from trinity.launcher.cli import prepare_config
-    from trinity.launcher.trainer.run import build_local_cpu_engines
+    from trinity.launcher.trainer.build import build_local_cpu_engines
 
     config = both_config(
         tmp_path,

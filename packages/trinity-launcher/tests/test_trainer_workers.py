@@ -245,8 +245,8 @@ def test_collective_weight_sync_reaches_the_engine(ray_cluster, model_path, one_
     from transformers import AutoModelForCausalLM
 
     from trinity.algorithm.resolve import resolve_algorithm
-    from trinity.launcher.both import Synchronizer
     from trinity.launcher.engines import EngineSettings, create_engine_actor
+    from trinity.launcher.synchronizer import Synchronizer
     from trinity.launcher.trainer.verl_engine import (
         TrinityLoss,
         VerlEngineSettings,
@@ -286,7 +286,9 @@ def test_collective_weight_sync_reaches_the_engine(ray_cluster, model_path, one_
 
     before = ray.get(handle.logprobs.remote(tokens))
     local = VerlTrainEngine(settings)
-    sync = Synchronizer(config, explorer, local, backend="gloo")
+    sync = Synchronizer(
+        config.synchronizer, explorer, local, job_dir=config.checkpoint_job_dir, backend="gloo"
+    )
     for version in (1, 2):
         local.train_step(batch, loss)
         asyncio.run(sync.push(version))
@@ -300,7 +302,15 @@ def test_collective_weight_sync_reaches_the_engine(ray_cluster, model_path, one_
     try:
         remote = RemoteEngine(group, "actor")
         remote.train_step(batch, loss)
-        asyncio.run(Synchronizer(config, explorer, remote, backend="gloo").push(7))
+        asyncio.run(
+            Synchronizer(
+                config.synchronizer,
+                explorer,
+                remote,
+                job_dir=config.checkpoint_job_dir,
+                backend="gloo",
+            ).push(7)
+        )
         assert ray.get(handle.get_model_version.remote()) == 7
         scored_like(remote.state_dict())
     finally:
@@ -314,7 +324,7 @@ def test_nccl_falls_back_to_memory_where_the_trainer_and_an_engine_share_a_gpu()
     import asyncio
     from types import SimpleNamespace
 
-    from trinity.launcher.both import Synchronizer
+    from trinity.launcher.synchronizer import Synchronizer
     from trinity.launcher.weight_sync import shared_gpus
 
     assert shared_gpus(("n1", ["0"]), [("n1", ["1"]), ("n1", ["0"]), ("n2", ["0"])]) == [1]
@@ -340,7 +350,9 @@ def test_nccl_falls_back_to_memory_where_the_trainer_and_an_engine_share_a_gpu()
     config = Config.model_validate(
         {"mode": "both", "model": {"model_path": "m"}, "synchronizer": {"sync_method": "nccl"}}
     )
-    sync = Synchronizer(config, SimpleNamespace(rollout_engines=[handle]), trainer, backend="nccl")
+    sync = Synchronizer(
+        config.synchronizer, SimpleNamespace(rollout_engines=[handle]), trainer, backend="nccl"
+    )
     asyncio.run(sync.push(3))
     assert sync.method == "memory"
     assert received == [({"w": torch.ones(1)}, 3)]

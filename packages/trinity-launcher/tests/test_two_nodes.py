@@ -207,9 +207,9 @@ def test_weight_group_across_nodes(two_nodes, quickstart_model, monkeypatch):
     from trinity.algorithm.resolve import resolve_algorithm
     from trinity.common.config import Config
     from trinity.common.experience import collate_experiences
-    from trinity.launcher.both import Synchronizer
     from trinity.launcher.engines import EngineSettings, create_engine_actor
     from trinity.launcher.placement import Placement, plan_placement
+    from trinity.launcher.synchronizer import Synchronizer
     from trinity.launcher.trainer.verl_engine import (
         TrinityLoss,
         VerlEngineSettings,
@@ -270,7 +270,15 @@ def test_weight_group_across_nodes(two_nodes, quickstart_model, monkeypatch):
             before = ray.get(handle.logprobs.remote(tokens))
             remote.train_step(batch, loss)
             explorer = SimpleNamespace(rollout_engines=[handle])
-            asyncio.run(Synchronizer(config, explorer, remote, backend="gloo").push(7))
+            asyncio.run(
+                Synchronizer(
+                    config.synchronizer,
+                    explorer,
+                    remote,
+                    job_dir=config.checkpoint_job_dir,
+                    backend="gloo",
+                ).push(7)
+            )
             assert ray.get(handle.get_model_version.remote()) == 7
             after = torch.as_tensor(ray.get(handle.logprobs.remote(tokens)))
             assert not torch.allclose(torch.as_tensor(before), after)

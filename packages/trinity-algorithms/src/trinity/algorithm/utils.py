@@ -2,21 +2,25 @@
 
 Shapes: ``values`` / ``mask`` are ``[batch, response_len]`` unless said otherwise; ``mask`` is
 1 (or True) on tokens the model generated and 0 on padding and environment tokens.
+
+:func:`build_component` (how components are built from their config arguments) is core's
+:func:`trinity.utils.build.build_component`, re-exported here where the algorithms use it.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Mapping
-from typing import Any, Optional, TypeVar
+from typing import Optional
 
 import torch
 from torch import Tensor
+
+from trinity.utils.build import build_component
 
 __all__ = [
     "LOSS_AGG_MODES",
     "aggregate_loss",
     "build_component",
+    "expert_row_mask",
     "masked_loss",
     "masked_mean",
     "masked_sum",
@@ -32,8 +36,6 @@ LOSS_AGG_MODES = (
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 )
-
-T = TypeVar("T")
 
 
 def masked_sum(values: Tensor, mask: Tensor, axis: Optional[int] = None) -> Tensor:
@@ -124,28 +126,26 @@ def masked_loss(
     return aggregate_loss(values, mask, loss_agg_mode=loss_agg_mode, normalizer=normalizer)
 
 
-def build_component(cls: type[T], args: Optional[Mapping[str, Any]] = None) -> T:
-    """Instantiate an algorithm component from ``default_args()`` overridden by ``args``.
+def expert_row_mask(
+    expert_mask: Optional[Tensor],
+    rows: int,
+    device: torch.device,
+    owner: str,
+    is_expert_mask: Optional[Tensor] = None,
+) -> Tensor:
+    """The bool ``[rows]`` mask of the expert (SFT) rows of a ``mix`` batch.
 
-    Arguments the class's ``__init__`` does not accept (and that no ``**kwargs`` takes) are set
-    as attributes after construction, so common settings such as ``loss_agg_mode`` reach a
-    class written like the guide's OPMD loss, whose ``__init__`` only takes ``tau``.
+    ``expert_mask``, else ``is_expert_mask`` (Trinity-RFT's older name of the field), on
+    ``device``. The ``mix`` policy loss and entropy term both split their batch with it.
+
+    Raises:
+        ValueError: neither mask is given (naming ``owner``), or its length is not ``rows``.
     """
-    merged: dict[str, Any] = {}
-    default_args = getattr(cls, "default_args", None)
-    if callable(default_args):
-        merged.update(default_args() or {})
-    merged.update(args or {})
-    params = inspect.signature(cls.__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        accepted, extra = merged, {}
-    else:
-        accepted = {k: v for k, v in merged.items() if k in params}
-        extra = {k: v for k, v in merged.items() if k not in params}
-    try:
-        obj = cls(**accepted)
-    except TypeError as exc:
-        raise TypeError(f"Cannot build {cls.__name__} with arguments {accepted}: {exc}") from exc
-    for key, value in extra.items():
-        setattr(obj, key, value)
-    return obj
+    if expert_mask is None:
+        expert_mask = is_expert_mask
+    if expert_mask is None:
+        raise ValueError(f"{owner} needs expert_mask (bool [batch]); none given")
+    expert = expert_mask.to(device=device, dtype=torch.bool).reshape(-1)
+    if expert.shape[0] != rows:
+        raise ValueError(f"expert_mask has {expert.shape[0]} rows but the batch has {rows}")
+    return expert

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 
 from trinity.utils.lazy import lazy_exports
 
-if TYPE_CHECKING:
-    from trinity.buffer.buffer_reader import BufferReader, get_buffer_reader
-    from trinity.buffer.buffer_writer import BufferWriter, get_buffer_writer
-    from trinity.buffer.taskset import get_taskset_reader
+if TYPE_CHECKING:  # what the lazy names are, for type checkers (redundant aliases: re-exports)
+    from trinity.buffer.buffer_reader import BufferReader as BufferReader
+    from trinity.buffer.buffer_reader import get_buffer_reader as get_buffer_reader
+    from trinity.buffer.buffer_writer import BufferWriter as BufferWriter
+    from trinity.buffer.buffer_writer import get_buffer_writer as get_buffer_writer
+    from trinity.buffer.taskset import get_taskset_reader as get_taskset_reader
 
 __version__ = "0.1.0"
 
@@ -32,12 +34,5 @@ _LAZY = {
 }
 
 
+# also sets __all__ to the table's names: a public name is exactly one listed above
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
-
-__all__ = [
-    "BufferReader",
-    "BufferWriter",
-    "get_buffer_reader",
-    "get_buffer_writer",
-    "get_taskset_reader",
-]

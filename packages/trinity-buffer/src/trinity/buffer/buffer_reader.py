@@ -15,8 +15,9 @@ from typing import Any, Optional, Union
 # The bases live in ``trinity.buffer.base`` (below the storages); re-exported here so that
 # ``from trinity.buffer.buffer_reader import BufferReader, OfflineReader, EndOfStream`` works.
 from trinity.buffer.base import BufferReader, EndOfStream, OfflineReader
-from trinity.buffer.buffer_writer import _use_ray, resolve_storage_config
+from trinity.buffer.buffer_writer import build_storage
 from trinity.common.config import StorageConfig
+from trinity.common.storage import READER
 
 __all__ = ["BufferReader", "OfflineReader", "EndOfStream", "get_buffer_reader"]
 
@@ -26,7 +27,9 @@ def get_buffer_reader(
     *,
     use_ray: Optional[bool] = None,
 ) -> BufferReader:
-    """Build the reader for ``storage_config.storage_type``.
+    """Build the reader of ``storage_config.storage_type``: the class
+    :data:`trinity.common.storage.READER` holds for it (the built-ins, or a plugin's; see
+    :func:`trinity.buffer.buffer_writer.build_storage`).
 
     Args:
         storage_config: the storage to read; a queue reader meets the writers that use the
@@ -35,20 +38,4 @@ def get_buffer_reader(
             in-process queue, ``None`` (default) to use Ray when it is initialized and
             ``wrap_in_ray`` is set.
     """
-    config = resolve_storage_config(storage_config)
-    storage_type = str(config.storage_type).lower()
-    if storage_type in ("queue", "priority_queue"):
-        from trinity.buffer.storage.queue import QueueReader
-
-        if _use_ray(config, use_ray):
-            from trinity.buffer.storage.ray_queue import get_ray_queue
-
-            return QueueReader(config, queue=get_ray_queue(config))
-        return QueueReader(config)
-    if storage_type == "sql":
-        from trinity.buffer.storage.sql import SQLReader
-
-        return SQLReader(config)
-    from trinity.buffer.storage.file import FileReader
-
-    return FileReader(config)
+    return build_storage(READER, storage_config, use_ray=use_ray)

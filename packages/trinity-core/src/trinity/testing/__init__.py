@@ -55,22 +55,5 @@ _EXPORTS = {
 }
 
 
+# also sets __all__ to the table's names: a public name is exactly one listed above
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "AdvantageFnContract",
-    "ComponentContract",
-    "EntropyLossContract",
-    "ExperienceOperatorContract",
-    "KLFnContract",
-    "ListReader",
-    "PolicyLossContract",
-    "RewardFnContract",
-    "RuleBroken",
-    "SampleStrategyContract",
-    "WorkflowContract",
-    "build_like_the_framework",
-    "check_metrics",
-    "make_contract_tests",
-    "rule",
-]

@@ -23,6 +23,8 @@ import pytest
 import torch
 from torch import Tensor
 
+from trinity.utils.build import build_component
+
 __all__ = [
     "ComponentContract",
     "RuleBroken",
@@ -138,30 +140,14 @@ def import_object(path: str) -> Any:
     return getattr(module, attr) if attr else module
 
 
-def build_like_the_framework(cls: type, args: Optional[Mapping[str, Any]] = None) -> Any:
-    """Instantiate ``cls`` as Trinity builds components from a config.
-
-    ``cls.default_args()`` (when the class has it) overridden by ``args``; arguments the class's
-    ``__init__`` does not accept (and no ``**kwargs`` takes) are set as attributes afterwards
-    (e.g. ``loss_agg_mode`` on the guide's OPMD loss, whose ``__init__`` only takes ``tau``).
-    Same semantics as ``trinity.algorithm.utils.build_component``, restated here so the kit
-    works with only trinity-core installed.
-    """
-    merged: dict[str, Any] = {}
-    default_args = getattr(cls, "default_args", None)
-    if callable(default_args):
-        merged.update(default_args() or {})
-    merged.update(args or {})
-    params = inspect.signature(cls.__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        accepted, extra = merged, {}
-    else:
-        accepted = {k: v for k, v in merged.items() if k in params}
-        extra = {k: v for k, v in merged.items() if k not in params}
-    obj = cls(**accepted)
-    for key, value in extra.items():
-        setattr(obj, key, value)
-    return obj
+#: Instantiate a component as Trinity builds components from a config:
+#: ``cls.default_args()`` (when the class has it) overridden by ``args``; arguments the class's
+#: ``__init__`` does not accept (and no ``**kwargs`` takes) are set as attributes afterwards
+#: (e.g. ``loss_agg_mode`` on the guide's OPMD loss, whose ``__init__`` only takes ``tau``).
+#: The framework's own function (:func:`trinity.utils.build.build_component`, which
+#: ``trinity.algorithm.utils.build_component`` re-exports), so a plugin is built here exactly as
+#: in a run.
+build_like_the_framework = build_component
 
 
 class ComponentContract:

@@ -3,7 +3,8 @@
 A package lists where each public name lives and gets a module ``__getattr__`` that imports it
 when first read (then keeps it in the package's namespace) and a ``__dir__`` that lists it
 before that: ``import trinity.buffer`` in a Ray actor that needs one storage then imports
-neither torch nor every other storage.
+neither torch nor every other storage. The table is also the package's ``__all__``, so the
+public names cannot drift from where they live.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ def lazy_exports(
     package: str, exports: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for module ``package``, whose name ``n`` lives in module
-    ``exports[n]``; assign them at the package's module level."""
+    ``exports[n]``; assign them at the package's module level.
+
+    Also sets the package's ``__all__`` to the table's names, in the table's order (call it
+    while the package is being imported, i.e. at its module level): a name is public exactly
+    when the table says where it lives, and a hand-written list beside the table cannot drift.
+    """
+    module = sys.modules.get(package)
+    if module is not None:
+        module.__all__ = list(exports)  # type: ignore[attr-defined]
 
     def __getattr__(name: str) -> Any:
         where = exports.get(name)

@@ -3,7 +3,9 @@
 * :data:`MONITOR`: the registry of metric sinks (``monitor.monitor_type``). The sinks
   themselves (tensorboard, wandb, mlflow) ship with ``trinity-launcher`` and are advertised
   through the ``trinity.monitor`` entry-point group, so ``MONITOR.get("wandb")`` works without
-  importing the launcher by hand and this core module imports no sibling package.
+  importing the launcher by hand and this core module imports no sibling package. The config
+  schema accepts :data:`BUILTIN_MONITOR_TYPES` and every name registered here (a plugin's
+  ``@MONITOR.register_module("my_monitor")``).
 * :class:`Monitor`: what a sink implements (``log(metrics, step)`` and ``close()``).
 * :func:`gather_metrics`: mean / max / min of per-item metric dicts under a prefix, e.g. the
   ``group_advantages/<key>/mean`` metrics of the group advantage functions.
@@ -18,11 +20,15 @@ from typing import Any, Protocol, runtime_checkable
 
 from trinity.utils.registry import Registry
 
-__all__ = ["MONITOR", "Monitor", "gather_metrics"]
+__all__ = ["BUILTIN_MONITOR_TYPES", "MONITOR", "Monitor", "gather_metrics"]
 
 #: Metric sinks by ``monitor.monitor_type``; plugins add theirs with
 #: ``@MONITOR.register_module("my_monitor")`` on a class taking ``(config)``.
 MONITOR: Registry[type] = Registry("monitor")
+
+#: The sinks Trinity ships (with ``trinity-launcher``): configs naming them validate even where
+#: the launcher is not installed (``trinity-core`` alone checking a Trinity-RFT config).
+BUILTIN_MONITOR_TYPES: tuple[str, ...] = ("tensorboard", "wandb", "mlflow")
 
 
 @runtime_checkable

@@ -118,6 +118,13 @@ def _qualname(obj: Any) -> str:
     return f"{module}.{qual}"
 
 
+def _target(obj: Any) -> str:
+    """``"module:QualName"``, the spelling of an entry point's target."""
+    module = getattr(obj, "__module__", None) or "?"
+    qual = getattr(obj, "__qualname__", None) or repr(obj)
+    return f"{module}:{qual}"
+
+
 def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
@@ -384,6 +391,22 @@ class Registry(Generic[T]):
         """The built-ins that user registrations replaced in this process, by name."""
         with self._lock:
             return dict(self._overridden)
+
+    def origin(self, name: str) -> str:
+        """Where ``name`` comes from, as ``"module:Class"``, without importing anything: the
+        registered module's, else the target of the entry point an installed package advertises.
+
+        Raises:
+            UnknownModuleError: nobody registered or advertised ``name``.
+        """
+        with self._lock:
+            module = self._modules.get(name)
+        if module is not None:
+            return _target(module)
+        eps = self._get_entry_points().get(name)
+        if eps:
+            return eps[0].value
+        raise UnknownModuleError(self.name, name, self.list())
 
     def load_all(self) -> dict[str, T]:
         """Load every advertised entry point and return all modules (e.g. to list choices)."""

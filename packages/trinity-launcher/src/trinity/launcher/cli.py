@@ -4,8 +4,9 @@
 then load and validate the config, then run it. This release runs modes ``explore`` (write
 experiences for an external trainer, evaluate on schedule), ``bench`` (evaluate the model and
 its checkpoints), ``train`` (SFT, DPO, off-policy RL from a data set or buffer on verl's FSDP2
-engine) and ``both`` (explorer and trainer together), and ``stages:`` (several of those in
-order); for ``serve`` a valid config is reported and nothing is run -- the command says so
+engine), ``both`` (explorer and trainer together) and ``colocate`` (the same, taking turns on
+shared devices), and ``stages:`` (several of those in order) -- all through one run layer
+(:mod:`trinity.launcher.session`); for ``serve`` a valid config is reported and nothing is run -- the command says so
 plainly instead of pretending. ``trinity studio``, ``trinity plot`` and ``trinity convert`` are
 the other commands.
 
@@ -212,24 +213,9 @@ def _run_stages(
 
 def _execute(config: Config) -> None:
     """Run one (stage) config in its mode; raises what the run raises."""
-    from trinity.launcher.modes import run_bench, run_explore
+    from trinity.launcher.session import run
 
-    if config.mode == "explore":
-        run_explore(config)
-    elif config.mode in ("both", "colocate"):  # colocate: mode both taking turns on one device
-        from trinity.launcher.both import run_both
-
-        run_both(config)
-    elif config.mode == "train":
-        from trinity.launcher.trainer.run import run_train
-
-        printer = _StepPrinter()
-        try:
-            run_train(config, progress=printer)
-        finally:
-            printer.close()
-    else:
-        run_bench(config)
+    run(config)
 
 
 def _run_mode(
@@ -305,38 +291,6 @@ def _run_in_session(config: Config, config_path: str, run: Callable[[], Any] | N
         return EXIT_OK
     print(f"Mode {config.mode} finished{where}.", file=out, flush=True)
     return EXIT_OK
-
-
-class _StepPrinter:
-    """Train steps on the console: the numbers one watches, at the progress display's
-    :class:`~trinity.launcher.progress.SummaryCadence` (the first step, then every N steps or
-    10 s, and the last one)."""
-
-    def __init__(self) -> None:
-        from trinity.launcher.progress import SummaryCadence
-
-        self.cadence = SummaryCadence()
-        self._pending: Optional[str] = None
-
-    def step(self, step: int, metrics: dict) -> None:
-        from trinity.launcher.logs import console_out
-
-        keys = ("actor/loss", "actor/grad_norm", "actor/lr", "batch/reward/mean", "time/step")
-        parts = [f"{k.split('/', 1)[1]}={metrics[k]:.4g}" for k in keys if k in metrics]
-        line = f"train step {step}: " + " ".join(parts)
-        if self.cadence.due(step):
-            self._pending = None
-            print(line, file=console_out(), flush=True)
-        else:
-            self._pending = line
-
-    def close(self) -> None:
-        """The last step's line, if it had none."""
-        from trinity.launcher.logs import console_out
-
-        if self._pending is not None:
-            print(self._pending, file=console_out(), flush=True)
-            self._pending = None
 
 
 def launch_main(argv: Sequence[str] | None = None) -> int:

@@ -20,8 +20,8 @@ asleep engine refuses generation), so every generation uses the trainer's latest
 schedule is mode ``both``'s with ``sync_offset: 0`` and cannot be anything else (the config
 refuses ``sync_offset > 0`` and the dynamic sync styles). Everything else -- the explorer's
 step, the trainer's step, metrics, checkpoints and resume, engine restarts -- *is* mode
-``both``'s (:func:`trinity.launcher.both.run_both` runs this mode, with a :class:`Colocation`
-taking the turns), so a colocate run killed mid-way resumes as mode ``both`` does.
+``both``'s (the run layer's coordinator runs this mode, with a :class:`Colocation`
+taking the turns through :class:`~trinity.launcher.run.policies.TakingTurns`), so a colocate run killed mid-way resumes as mode ``both`` does.
 
 Engines log their calls (``generate``/``score``/``sleep``/``update_weights``/``wake_up`` with
 the model version); each step's record gets them, in order and with the train step between,
@@ -48,6 +48,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Optional
 
+from trinity.common.config.modes import run_mode_spec
 from trinity.utils.log import get_logger
 
 __all__ = [
@@ -83,7 +84,7 @@ def colocated_engine(settings: Any) -> Any:
 
 def trainer_rank_gpus(config: Any) -> float:
     """GPUs each trainer rank that runs as a Ray worker asks for (1, half in colocate)."""
-    return GPU_SHARE if config.mode == "colocate" else 1.0
+    return GPU_SHARE if run_mode_spec(config.mode).colocated else 1.0
 
 
 def ray_resources(config: Any, gpus: Optional[bool] = None) -> dict[str, dict[str, float]]:

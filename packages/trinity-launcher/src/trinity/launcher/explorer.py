@@ -19,7 +19,6 @@ actors and a run builds real ones from the config (``create_rollout_engines``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import os
 import re
@@ -149,6 +148,12 @@ class Explorer:
         progress: progress display (default: none; the launcher passes one).
         tasks_per_runner: see :class:`~trinity.launcher.runner.RunnerPool` (default:
             ``explorer.tasks_per_runner``).
+        on_commit: ``on_commit(step, experiences)``, called as each explore step commits,
+            with the experiences about to be written to the trainer's buffer (the run's
+            :class:`~trinity.launcher.checkpoint.ExperienceLedger`; see :meth:`explore_step`).
+        generation_lock: held while a step's tasks run on the engines; whoever replaces the
+            engines' weights takes it too (the run's weight pushes), so a step never mixes
+            versions (default: a lock of its own).
     """
 
     def __init__(
@@ -161,15 +166,18 @@ class Explorer:
         monitor: Optional[Monitor] = None,
         progress: Optional[ProgressReporter] = None,
         tasks_per_runner: Optional[int] = None,
+        on_commit: Optional[Callable[[int, list[Experience]], None]] = None,
+        generation_lock: Optional[asyncio.Lock] = None,
     ) -> None:
         from trinity.buffer import get_taskset_reader
         from trinity.buffer.operators.experience_operator import create_operators
         from trinity.buffer.taskset.reader import get_taskset_scheduler
+        from trinity.common.config import run_mode_spec
 
         self.config = config
         self.mode = config.mode
         explorer_input = config.buffer.explorer_input
-        self.explores = self.mode in ("explore", "both", "colocate")
+        self.explores = run_mode_spec(self.mode).explores
         self.taskset: Any = None
         if self.explores:
             tasksets = explorer_input.get_tasksets()
@@ -213,23 +221,17 @@ class Explorer:
         self.pool: Optional[RunnerPool] = None
         #: replaces rollout engines that die (set by :meth:`prepare`)
         self.supervisor: Any = None
-        #: the run's :class:`~trinity.launcher.placement.Placement` (set by the mode before
-        #: :meth:`prepare`): engines this explorer builds, and their runners, go in its bundles
+        #: the run's :class:`~trinity.launcher.placement.Placement` (given to :meth:`prepare`):
+        #: engines this explorer builds, and their runners, go in its bundles
         self.placement: Any = None
         self.pipeline: Any = None
+        self._output_closed = False
         self.step = 0
         self.last_metrics: dict[str, float] = {}
-        #: ``on_commit(step, experiences)``: called as each explore step commits, with the
-        #: experiences about to be written to the trainer's buffer (see :meth:`explore_step`).
-        self.on_commit: Optional[Callable[[int, list[Experience]], None]] = None
-        #: held while a step's tasks run on the engines: whoever replaces the engines'
-        #: weights takes it too (mode both's synchronizer), so a step never mixes versions
-        self.generation_lock: Optional[asyncio.Lock] = None
+        self.on_commit = on_commit
+        self.generation_lock = generation_lock if generation_lock is not None else asyncio.Lock()
         #: metrics of committed steps not yet logged (their write is in progress), by step
         self.unlogged: dict[int, dict[str, Any]] = {}
-        #: mode explore's resume record (:class:`trinity.launcher.resume.ExploreProgress`):
-        #: :meth:`explore` saves it after every step and evaluation
-        self.record: Any = None
         self._committed: dict[str, Any] = self._current_state()
 
     # ------------------------------------------------------------------ lifecycle
@@ -248,14 +250,17 @@ class Explorer:
             return taskset.total_epochs * len(taskset) // taskset.batch_size
         return None
 
-    async def prepare(self) -> None:
-        """Start the engines (unless injected), the runner pool and the pipeline's writer."""
+    async def prepare(self, placement: Any = None) -> None:
+        """Start the engines (unless injected), the runner pool and the pipeline's writer;
+        engines this explorer builds, and their runners, go in ``placement``'s bundles (a
+        :class:`~trinity.launcher.placement.Placement`; default: wherever Ray puts them)."""
         import ray
 
         if not ray.is_initialized():
             raise RuntimeError("Explorer.prepare() needs Ray: call ray.init() first")
         from trinity.launcher.engines import create_auxiliary_engines, create_rollout_engines
 
+        self.placement = placement
         placed = self.placement is not None and self.rollout_engines is None
         if self.rollout_engines is None:
             self.rollout_engines = create_rollout_engines(self.config, placement=self.placement)
@@ -332,10 +337,28 @@ class Explorer:
             operators=self.operators,
         )
 
+    async def write_restored(self, exps: list[Experience]) -> None:
+        """Write experiences a resumed run carried over (explored, not trained) to the output
+        first, as they were (no operators, no advantages again)."""
+        await self.pipeline.writer.write_async(exps)
+
+    async def flush_output(self) -> None:
+        """Let a reader take what the output holds now, even less than a batch (see
+        :meth:`trinity.buffer.buffer_writer.BufferWriter.flush`)."""
+        flush = getattr(getattr(self.pipeline, "writer", None), "flush_async", None)
+        if callable(flush):
+            await flush()
+
+    async def close_output(self) -> None:
+        """Release the output (a reader drains it, then sees its end); once."""
+        if self.pipeline is not None and not self._output_closed:
+            self._output_closed = True
+            await self.pipeline.close()
+
     async def shutdown(self) -> None:
         """Release the writer, the runners and the engines this explorer started."""
         if self.pipeline is not None:
-            await self.pipeline.close()
+            await self.close_output()
             self.pipeline = None
         if self.pool is not None:
             self.pool.shutdown()
@@ -391,7 +414,7 @@ class Explorer:
             return False
         step = self.step + 1
         assign_task_ids(tasks, batch_id=step)
-        async with self.generation_lock or contextlib.nullcontext():
+        async with self.generation_lock:
             batch = await self._run_step_tasks(pool, tasks, step)
         exps = batch.experiences
         metrics: dict[str, Any] = {"rollout/tasks": float(len(tasks))}
@@ -537,31 +560,20 @@ class Explorer:
 
     async def explore(self) -> dict[str, float]:
         """Explore until the task set or ``buffer.total_steps`` ends, evaluating at step 0
-        (``explorer.eval_on_startup``) and every ``explorer.eval_interval`` steps.
+        (``explorer.eval_on_startup``) and every ``explorer.eval_interval`` steps: the run
+        layer's explore loop with this explorer alone (nothing saved; a run of mode
+        ``explore`` also records its position, see :mod:`trinity.launcher.session`).
 
         Returns the last step's metrics.
         """
-        interval = self.config.explorer.eval_interval
-        record = self.record
-        if self.progress is not None:
-            self.progress.start(completed=self.step)
-        if record is not None and record.state is not None:  # resumed: was its eval done?
-            first_eval = record.needs_eval()
-        else:
-            first_eval = self.config.explorer.eval_on_startup and self.step == 0
-        if self.eval_readers and first_eval:
-            await self.eval()
-            if record is not None:
-                record.save(self, evaluated=True)
-        while await self.explore_step():
-            if record is not None:
-                record.save(self)
-            if self.eval_readers and self.step % interval == 0:
-                await self.eval()
-                if record is not None:
-                    record.save(self, evaluated=True)
-        logger.info("Exploration finished after %d steps", self.step)
-        return self.last_metrics
+        from trinity.launcher.run.coordinator import Coordinator, RunSettings
+
+        coordinator = Coordinator(
+            RunSettings.from_config(self.config),
+            explorer=self,
+            generation_lock=self.generation_lock,
+        )
+        return await coordinator.run()
 
     # ------------------------------------------------------------------ evaluating
     async def eval(self, step: Optional[int] = None) -> dict[str, float]:
@@ -579,7 +591,7 @@ class Explorer:
                 except StopIteration:
                     break
                 assign_task_ids(tasks, batch_id=f"{step}/{reader.name}", first_task_id=len(results))
-                async with self.generation_lock or contextlib.nullcontext():
+                async with self.generation_lock:
                     results += (await pool.run_tasks(tasks)).results
             found = eval_metrics(reader.name, results, cfg.repeat_times or 1)
             found[f"time/eval/{reader.name}"] = time.perf_counter() - start

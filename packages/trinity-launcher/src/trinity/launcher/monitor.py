@@ -11,8 +11,12 @@ Every run writes ``<checkpoint_job_dir>/metrics.jsonl`` (one JSON object per ste
   ``MLFLOW_TRACKING_URI``, else a local SQLite store ``<job dir>/monitor/mlflow/mlflow.db`` (MLflow has
   retired its file store).
 
-Monitors register in :data:`MONITOR`, so a plugin can add its own
-(``@MONITOR.register_module("my_monitor")`` on a class taking ``(config)``).
+Monitors register in :data:`MONITOR` (core's ``trinity.utils.monitor.MONITOR``; these three
+are advertised as ``trinity.monitor`` entry points), and :func:`create_monitor` builds whatever
+class it holds under ``monitor.monitor_type``. So a plugin can add its own
+(``@MONITOR.register_module("my_monitor")`` on a class taking ``(config)`` with
+``log(metrics, step)`` and ``close()``): loaded from ``--plugin-dir``, its name passes the config
+schema and its ``log`` gets every step's metrics.
 """
 
 from __future__ import annotations

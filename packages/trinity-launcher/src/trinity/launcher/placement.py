@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from trinity.common.config.modes import run_mode_spec
 from trinity.utils.log import get_logger
 
 __all__ = [
@@ -134,7 +135,7 @@ def plan_placement(
     plan = PlacementPlan()
     cluster = config.cluster
     explorer = config.explorer
-    if config.mode != "train":
+    if run_mode_spec(config.mode).uses_rollout_engines:
         models = [("rollout", explorer.rollout_model)]
         models += [(f"auxiliary_{k}", aux) for k, aux in enumerate(explorer.auxiliary_models or [])]
         for k, (name, model_cfg) in enumerate(models):

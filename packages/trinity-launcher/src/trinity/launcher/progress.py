@@ -203,8 +203,11 @@ class ProgressReporter:
         self._progress: Any = None
         self._bar: Any = None
 
-    def start(self, completed: int = 0) -> None:
-        """Show the bar (terminal only); ``completed`` steps are already done (resume)."""
+    def start(self, completed: int = 0, total: Optional[int] = None) -> None:
+        """Show the bar (terminal only); ``completed`` steps are already done (resume);
+        ``total``: the steps the run will take, when known only now."""
+        if total is not None:
+            self.total_steps = total
         if not self.use_bar or self._progress is not None:
             return
         from rich.console import Console
@@ -293,3 +296,34 @@ class ProgressReporter:
                 session.live_console = None
             self._progress.stop()
             self._progress = None
+
+
+class TrainStepPrinter:
+    """Train steps on the console in a run without an explorer (mode ``train``): the numbers
+    one watches, at the progress display's :class:`SummaryCadence` (the first step, then every
+    N steps or 10 s, and the last one)."""
+
+    KEYS = ("actor/loss", "actor/grad_norm", "actor/lr", "batch/reward/mean", "time/step")
+
+    def __init__(self, stream: Optional[IO[str]] = None) -> None:
+        self.cadence = SummaryCadence()
+        self.stream = stream
+        self._pending: Optional[str] = None
+
+    def _out(self) -> IO[str]:
+        return self.stream if self.stream is not None else logs.console_out()
+
+    def step(self, step: int, metrics: dict[str, Any]) -> None:
+        parts = [f"{k.split('/', 1)[1]}={metrics[k]:.4g}" for k in self.KEYS if k in metrics]
+        line = f"train step {step}: " + " ".join(parts)
+        if self.cadence.due(step):
+            self._pending = None
+            print(line, file=self._out(), flush=True)
+        else:
+            self._pending = line
+
+    def close(self) -> None:
+        """The last step's line, if it had none."""
+        if self._pending is not None:
+            print(self._pending, file=self._out(), flush=True)
+            self._pending = None

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Optional
 
-from trinity.common.config import Config, ConfigError, ConfigIssue
+from trinity.common.config import Config, ConfigError, ConfigIssue, run_mode_spec
 from trinity.utils.log import get_logger
 
 __all__ = [
@@ -34,8 +34,6 @@ logger = get_logger(__name__)
 
 #: Finished stages, in ``<job dir>`` of the base config.
 STAGE_STATE_FILE = "stages.json"
-#: Modes whose stage trains and so hands its final weights to the next stage.
-_TRAINING_MODES = ("train", "both", "colocate")
 
 
 def stage_configs(config: Config) -> list[Config]:
@@ -109,7 +107,7 @@ def _save_state(config: Config, done: list[dict[str, Any]]) -> None:
 def final_hf_weights(stage: Config) -> Optional[str]:
     """The HF model directory a finished training stage left (its last checkpoint's
     ``actor/huggingface``), or ``None``."""
-    from trinity.launcher.trainer.trainer import latest_checkpoint
+    from trinity.launcher.checkpoint import latest_checkpoint
 
     job_dir = stage.checkpoint_job_dir or stage.get_checkpoint_job_dir()
     step = latest_checkpoint(job_dir)
@@ -149,7 +147,7 @@ def run_stages(config: Config, run_stage: Callable[[Config], None]) -> list[Conf
         )
         run_stage(stage)
         ran.append(stage)
-        if stage.mode in _TRAINING_MODES:
+        if run_mode_spec(stage.mode).trains:  # hands its final weights to the next stage
             weights = final_hf_weights(stage)
             if weights is None:
                 raise ValueError(

@@ -1,6 +1,6 @@
-"""Mode ``both``'s synchroniser: the trainer's weights into every rollout engine as model
-version ``N``, by memory, checkpoint or a collective broadcast. Its own module (split out of
-``both.py``, which re-exports it) because it is one concern: how weights move, not when."""
+"""The synchroniser of runs that explore and train: the trainer's weights into every rollout
+engine as model version ``N``, by memory, checkpoint or a collective broadcast. One concern:
+*how* weights move; *when* is the run's sync policy (:mod:`trinity.launcher.run.policies`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any, Optional
 
-from trinity.common.config import Config
+from trinity.common.config import SynchronizerConfig
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -23,16 +23,30 @@ class Synchronizer:
     weights written by the trainer, read by the engines; ``nccl``: a broadcast over a
     collective group of the trainer's rank 0 and the engines (:mod:`trinity.launcher.weight_sync`;
     NCCL on CUDA, gloo where ``backend`` says so -- the tests).
+
+    Args:
+        settings: the config's ``synchronizer`` section (``sync_method``, ``sync_timeout``).
+        explorer: where the weights go: its ``rollout_engines``, ``supervisor`` (records each
+            version, so a replaced engine loads it too) and ``load_weights``.
+        engine: the trainer's policy engine (state dict, HF export, broadcast address).
+        job_dir: the run directory (``checkpoint``: weights go to ``global_step_N/actor/huggingface``).
+        backend: the broadcast's collective backend (default: NCCL where CUDA is, else gloo).
     """
 
     def __init__(
-        self, config: Config, explorer: Any, engine: Any, backend: Optional[str] = None
+        self,
+        settings: SynchronizerConfig,
+        explorer: Any,
+        engine: Any,
+        *,
+        job_dir: str = "",
+        backend: Optional[str] = None,
     ) -> None:
-        self.config = config
         self.explorer = explorer
         self.engine = engine
-        self.method = config.synchronizer.sync_method
-        self.timeout = float(config.synchronizer.sync_timeout)
+        self.job_dir = job_dir
+        self.method = settings.sync_method
+        self.timeout = float(settings.sync_timeout)
         if backend is None:
             import torch
 
@@ -57,7 +71,7 @@ class Synchronizer:
             self.method = "memory"
         if self.method == "checkpoint":
             path = os.path.join(
-                self.config.checkpoint_job_dir,
+                self.job_dir,
                 f"global_step_{version}",
                 "actor",
                 "huggingface",

@@ -21,6 +21,7 @@ from trinity.common.config import (
     ConfigIssue,
     load_config,
     locate_issues,
+    run_mode_spec,
 )
 from trinity.launcher.component_checks import check_component_names
 from trinity.utils.log import get_logger
@@ -178,7 +179,7 @@ def _check_trainer_ranks(config: Config) -> None:
     """The trainer's rank count must be readable (it decides Ray workers vs the driver)."""
     from trinity.launcher.trainer.workers import TrainerRanksError, trainer_world_size
 
-    if config.mode not in ("train", "both", "colocate"):
+    if not run_mode_spec(config.mode).trains:
         return
     try:
         trainer_world_size(config, "cpu")

@@ -32,6 +32,7 @@ from trinity.manager.config_io import (
     validate,
 )
 from trinity.manager.config_registry import CONFIG_GENERATORS
+from trinity.manager.config_registry._common import run_mode
 from trinity.manager.config_registry.algorithm_config_manager import (
     _dump_args,
     apply_algorithm_type_defaults,
@@ -331,7 +332,7 @@ class ConfigManager:
             "Explorer and Synchronizer": self._expert_explorer_part,
             "Trainer": self._expert_trainer_part,
         }
-        if st.session_state["mode"] == "train":
+        if not run_mode().uses_rollout_engines:
             del tab2func["Explorer and Synchronizer"]
         others = self._other_entries()
         if others:
@@ -381,7 +382,7 @@ class ConfigManager:
             algorithm["loss_agg_mode"] = st.session_state["loss_agg_mode"]
 
     def _gen_buffer_config(self, data: dict[str, Any]) -> None:
-        if st.session_state["mode"] in ("both", "colocate", "explore", "bench"):
+        if run_mode().uses_eval_tasksets:
             eval_sets = []
             for idx in range(st.session_state["_eval_tasksets_num"]):
                 entry = copy.deepcopy(st.session_state.get(f"_eval_taskset_{idx}_extra") or {})

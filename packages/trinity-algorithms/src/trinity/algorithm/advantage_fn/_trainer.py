@@ -10,7 +10,13 @@ from torch import Tensor
 from trinity.algorithm.advantage_fn.functional import check_finite
 from trinity.common.experience import Experiences
 
-__all__ = ["batch_field", "batch_token_level_rewards", "masked_stats"]
+__all__ = [
+    "batch_field",
+    "batch_token_level_rewards",
+    "masked_stats",
+    "require_batch_field",
+    "set_batch_advantages",
+]
 
 
 def batch_field(batch: Any, name: str, override: Optional[Tensor] = None) -> Optional[Tensor]:
@@ -26,6 +32,28 @@ def batch_field(batch: Any, name: str, override: Optional[Tensor] = None) -> Opt
     if value is None:
         value = (getattr(batch, "custom_fields", None) or {}).get(name)
     return value
+
+
+def require_batch_field(
+    batch: Experiences, name: str, override: Optional[Tensor], *, what: str, missing: str
+) -> Tensor:
+    """:func:`batch_field`, which must be there (``ValueError(missing)`` if not) and finite
+    (``ValueError`` naming the first non-finite row's eid, the values being ``what``s)."""
+    value = batch_field(batch, name, override)
+    if value is None:
+        raise ValueError(missing)
+    check_finite(value, batch.eids, what=what)
+    return value
+
+
+def set_batch_advantages(
+    batch: Experiences, advantages: Tensor, returns: Tensor
+) -> tuple[Experiences, dict[str, float]]:
+    """Set ``batch.advantages`` / ``batch.returns`` and return the batch with the returns'
+    ``returns_mean|max|min`` over the action mask (the trainer-side functions' metrics)."""
+    batch.advantages = advantages
+    batch.returns = returns
+    return batch, masked_stats(returns, batch.action_mask, "returns")
 
 
 def batch_token_level_rewards(batch: Experiences) -> Tensor:

@@ -1,12 +1,13 @@
 """Glue between :class:`Experience` lists / :class:`Experiences` batches and the tensor math.
 
 Private to ``advantage_fn``: reading and validating rewards, numbering groups, writing the
-per-sequence advantage back onto each experience, and :class:`VectorizedGroupAdvantage`, the
-base of the built-in group-relative advantages. Its ``__call__`` computes every group of an
-explore step with one sequence of tensor ops (``functional``); the per-group
-:meth:`~trinity.algorithm.advantage_fn.GroupAdvantage.calculate_group_advantage` of each
-subclass stays as the readable reference (and the path user subclasses extend), and the tests
-check that both give the same numbers.
+per-sequence advantage back onto each experience, and the bases of the built-in group-relative
+advantages. Each group's advantage is computed in one place: :meth:`BatchedGroupAdvantage.
+score_experiences` scores every group of an explore step with one sequence of tensor ops
+(``functional``); ``__call__`` (the step) and
+:meth:`~trinity.algorithm.advantage_fn.GroupAdvantage.calculate_group_advantage` (one group,
+the API user subclasses know) both run it. The readable per-group loops are the tests' oracle
+(``tests/test_advantage_oracle.py``), which the vectorized numbers are checked against.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from trinity.algorithm.advantage_fn.functional import (
 from trinity.common.experience import Experience, Experiences, group_by
 
 __all__ = [
+    "BatchedGroupAdvantage",
     "VectorizedGroupAdvantage",
     "batch_outcome_scores",
     "duplicate_experience",
@@ -111,39 +113,6 @@ def write_outcome_advantages(exps: Sequence[Experience], scalars: Tensor) -> Non
         exp.returns = r
 
 
-def reference_group_scores(
-    rewards: Tensor,
-    mean: Tensor,
-    std: Tensor,
-    *,
-    zero_singletons: bool,
-    std_cal_level: str,
-    epsilon: float,
-    precomputed_std: Optional[Tensor] = None,
-) -> Tensor:
-    """GRPO scores of one group, written plainly (the per-group reference path of ``grpo`` and
-    ``step_wise_grpo``; their vectorized paths compute the same numbers).
-
-    ``rewards`` ``[n]`` (``REWARD_DTYPE``), with their ``mean`` / ``std`` (std 0 for ``n == 1``).
-    A one-member group scores ``reward / (1 + epsilon)`` (Trinity-RFT's and verl's value) or 0
-    with ``zero_singletons``; a constant group scores exactly 0. ``std_cal_level``: ``"group"``
-    divides by ``std + epsilon``, ``"batch"`` by ``precomputed_std + epsilon`` (when given),
-    ``"none"`` not at all. Returns ``[n]`` scores.
-    """
-    n = rewards.numel()
-    if n == 1 and zero_singletons:
-        return torch.zeros(1, dtype=REWARD_DTYPE)
-    if n == 1:
-        mean, std = torch.zeros((), dtype=REWARD_DTYPE), torch.ones((), dtype=REWARD_DTYPE)
-    constant = n > 1 and bool(rewards.max() == rewards.min())
-    scores = torch.zeros_like(rewards) if constant else rewards - mean
-    if std_cal_level == "batch" and precomputed_std is not None:
-        scores = scores / (precomputed_std.to(REWARD_DTYPE) + epsilon)
-    elif std_cal_level != "none":
-        scores = scores / (std + epsilon)
-    return scores
-
-
 def group_baselines(
     rewards: Tensor, advantages: Tensor, group_index: Tensor, count: Tensor
 ) -> Tensor:
@@ -182,20 +151,16 @@ def batch_outcome_scores(batch: Experiences) -> Tensor:
     return batch.rewards
 
 
-class VectorizedGroupAdvantage(GroupAdvantage):
-    """A :class:`GroupAdvantage` whose ``__call__`` scores all groups at once.
+class BatchedGroupAdvantage(GroupAdvantage):
+    """A :class:`GroupAdvantage` that scores every group of a step at once.
 
-    Subclasses implement :meth:`vector_advantages` on tensors (``rewards [B]``,
-    ``group_index [B]``) and keep :meth:`calculate_group_advantage` as the per-group
-    reference. ``__call__`` accepts:
+    Subclasses implement :meth:`score_experiences`; both entry points run it, so each group's
+    advantage has one implementation:
 
-    * a list of :class:`Experience` (the experience pipeline): validates rewards, computes the
-      advantages, writes ``advantages`` / ``returns`` on each experience and returns them
-      grouped in :func:`~trinity.common.experience.group_by` order (the order the per-group
-      path produces), without the experiences of skipped groups;
-    * a collated :class:`Experiences` batch (when an algorithm computes advantages in the
-      trainer): sets ``batch.advantages`` / ``batch.returns`` ``[B, R]``; skipped groups get
-      advantage 0 since rows cannot be dropped there.
+    * ``__call__(exps)`` (the experience pipeline): the whole step, metrics reported as
+      ``group_advantages/<key>/mean|max|min`` over the groups plus the step's totals;
+    * :meth:`calculate_group_advantage` (the :class:`GroupAdvantage` API): one group, its
+      per-group metrics as floats (what the per-group ``GroupAdvantage.__call__`` averages).
 
     ``zero_singletons`` (class attribute, settable through the config's
     ``advantage_fn_args``): a task with a single experience keeps Trinity-RFT / verl's value
@@ -210,9 +175,80 @@ class VectorizedGroupAdvantage(GroupAdvantage):
         return group_by(exps, id_type=self.group_id_type)  # type: ignore[arg-type]
 
     @abstractmethod
+    def score_experiences(
+        self, exps: list[Experience], **options: Any
+    ) -> tuple[list[Experience], dict[str, Tensor], dict[str, float]]:
+        """Set ``advantages`` / ``returns`` on every experience of ``exps`` (not empty).
+
+        Returns the kept experiences in :func:`~trinity.common.experience.group_by` order
+        (without those of skipped groups), the per-group metrics as ``[G]`` tensors and the
+        step's totals as floats. ``options`` are the keywords of
+        :meth:`calculate_group_advantage` (e.g. GRPO's ``precomputed_std``).
+        """
+
+    def __call__(  # type: ignore[override]
+        self, exps: list[Experience], **kwargs: Any
+    ) -> tuple[list[Experience], dict]:
+        exps = list(exps)
+        if not exps:
+            return [], {}
+        out, per_group, per_step = self.score_experiences(exps)
+        reported = self.report_metrics(per_group)
+        reported.update(per_step)
+        return out, reported
+
+    def calculate_group_advantage(
+        self, group_id: str, exps: list[Experience], **options: Any
+    ) -> tuple[list[Experience], dict]:
+        """One group through :meth:`score_experiences`: the same numbers as ``__call__``.
+
+        Returns the group's experiences (empty if the group is skipped) and its per-group
+        metrics as floats (the step's totals, meaningless for one group, are left out).
+        """
+        exps = list(exps)
+        if not exps:
+            return [], {}
+        out, per_group, _ = self.score_experiences(exps, **options)
+        return out, {key: float(value.reshape(-1)[0]) for key, value in per_group.items()}
+
+    @staticmethod
+    def report_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+        """Floats as they are; ``[G]`` tensors as ``group_advantages/<key>/mean|max|min``
+        over the groups, from float32 values (what :func:`gather_group_metrics` gives for the
+        per-group path)."""
+        out: dict[str, float] = {}
+        for key, value in metrics.items():
+            if not isinstance(value, Tensor):
+                out[key] = float(value)
+                continue
+            if value.numel() == 0:
+                continue
+            v = value.detach().to(torch.float32).to(torch.float64)
+            out[f"{GROUP_METRICS_PREFIX}/{key}/mean"] = float(v.mean())
+            out[f"{GROUP_METRICS_PREFIX}/{key}/max"] = float(v.max())
+            out[f"{GROUP_METRICS_PREFIX}/{key}/min"] = float(v.min())
+        return out
+
+
+class VectorizedGroupAdvantage(BatchedGroupAdvantage):
+    """A :class:`BatchedGroupAdvantage` of one score per experience (its reward).
+
+    Subclasses implement :meth:`vector_advantages` on tensors (``rewards [B]``,
+    ``group_index [B]``). ``__call__`` accepts:
+
+    * a list of :class:`Experience` (the experience pipeline): validates rewards, computes the
+      advantages, writes ``advantages`` / ``returns`` on each experience and returns them
+      grouped in :func:`~trinity.common.experience.group_by` order, without the experiences
+      of skipped groups (``filtered_count``: how many);
+    * a collated :class:`Experiences` batch (when an algorithm computes advantages in the
+      trainer): sets ``batch.advantages`` / ``batch.returns`` ``[B, R]``; skipped groups get
+      advantage 0 since rows cannot be dropped there.
+    """
+
+    @abstractmethod
     def vector_advantages(
         self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]
-    ) -> tuple[Tensor, Optional[Tensor], dict[str, float]]:
+    ) -> tuple[Tensor, Optional[Tensor], dict[str, Any]]:
         """Advantages of all groups at once.
 
         Args:
@@ -221,6 +257,9 @@ class VectorizedGroupAdvantage(GroupAdvantage):
             num_groups: ``G``.
             exps: the experiences (for fields besides the reward, e.g. logprobs), or None in
                 the batch path.
+
+        Keywords given to :meth:`calculate_group_advantage` (e.g. GRPO's ``precomputed_std``)
+        arrive here; a subclass that takes none refuses them, as a per-group method would.
 
         Returns:
             ``(advantages [B], keep [B] bool or None, metrics)``; a metric given as a ``[G]``
@@ -233,23 +272,28 @@ class VectorizedGroupAdvantage(GroupAdvantage):
     ) -> tuple[Union[list[Experience], Experiences], dict]:
         if isinstance(exps, Experiences):
             return self._call_batch(exps)
-        exps = list(exps)
-        if not exps:
-            return [], {}
+        return super().__call__(exps, **kwargs)
+
+    def score_experiences(
+        self, exps: list[Experience], **options: Any
+    ) -> tuple[list[Experience], dict[str, Tensor], dict[str, float]]:
         rewards = experience_rewards(exps, self.algorithm_name)
         group_index, num_groups = as_group_index(group_keys(exps, self.group_id_type))
         with torch.no_grad():
-            adv, keep, metrics = self.vector_advantages(rewards, group_index, num_groups, exps)
+            adv, keep, metrics = self.vector_advantages(
+                rewards, group_index, num_groups, exps, **options
+            )
         write_outcome_advantages(exps, adv)
         order = torch.argsort(group_index, stable=True)
         if keep is not None:
             order = order[keep[order]]
         out = [exps[i] for i in order.tolist()]
         out = self._post_filter(out, group_index, keep, exps)
-        reported = self.report_metrics(metrics)
+        per_group = {k: v for k, v in metrics.items() if isinstance(v, Tensor)}
+        per_step = {k: float(v) for k, v in metrics.items() if not isinstance(v, Tensor)}
         if keep is not None:  # the total the experience pipeline adds up over its stages
-            reported["filtered_count"] = float((~keep).sum())
-        return out, reported
+            per_step["filtered_count"] = float((~keep).sum())
+        return out, per_group, per_step
 
     def _post_filter(
         self,
@@ -273,24 +317,6 @@ class VectorizedGroupAdvantage(GroupAdvantage):
         batch.advantages = tokens
         batch.returns = tokens.clone()
         return batch, self.report_metrics(metrics)
-
-    @staticmethod
-    def report_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-        """Floats as they are; ``[G]`` tensors as ``group_advantages/<key>/mean|max|min``
-        over the groups, from float32 values (what :func:`gather_group_metrics` gives for the
-        per-group path)."""
-        out: dict[str, float] = {}
-        for key, value in metrics.items():
-            if not isinstance(value, Tensor):
-                out[key] = float(value)
-                continue
-            if value.numel() == 0:
-                continue
-            v = value.detach().to(torch.float32).to(torch.float64)
-            out[f"{GROUP_METRICS_PREFIX}/{key}/mean"] = float(v.mean())
-            out[f"{GROUP_METRICS_PREFIX}/{key}/max"] = float(v.max())
-            out[f"{GROUP_METRICS_PREFIX}/{key}/min"] = float(v.min())
-        return out
 
     @staticmethod
     def group_metric_means(stats: GroupStats, singleton_unit: bool = False) -> dict[str, Tensor]:

@@ -77,8 +77,9 @@ class GroupAdvantage(AdvantageFn):
 
     Subclasses say how to group (:meth:`group_experiences`) and how to score one group
     (:meth:`calculate_group_advantage`); ``__call__`` does the rest and averages the groups'
-    metrics (:func:`gather_group_metrics`: ``group_advantages/<key>/mean|max|min``). Built-ins
-    override ``__call__`` with a vectorized path over all groups at once.
+    metrics (:func:`gather_group_metrics`: ``group_advantages/<key>/mean|max|min``). The
+    built-ins score all groups of a step at once instead (``BatchedGroupAdvantage`` in
+    ``_vectorized``), and their ``calculate_group_advantage`` runs that same code on one group.
     """
 
     @abstractmethod

@@ -9,19 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import torch
 from torch import Tensor
 
 from trinity.algorithm.advantage_fn._vectorized import (
-    REWARD_DTYPE,
     VectorizedGroupAdvantage,
-    experience_rewards,
     group_baselines,
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import asymre_advantages, group_stats
 from trinity.algorithm.args import Field, GroupAdvantageArgs
-from trinity.common.experience import Experience
 
 __all__ = ["ASYMREGroupAdvantage"]
 
@@ -48,25 +44,6 @@ class ASYMREGroupAdvantage(VectorizedGroupAdvantage):
     def __init__(self, baseline_shift: float = -0.1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.baseline_shift = float(baseline_shift)
-
-    def calculate_group_advantage(
-        self, group_id: str, exps: list[Experience]
-    ) -> tuple[list[Experience], dict]:
-        """One group, written plainly; same numbers as ``__call__``."""
-        with torch.no_grad():
-            rewards = experience_rewards(exps, self.algorithm_name)
-            n = len(exps)
-            if n == 1:
-                scores = torch.zeros(1, dtype=REWARD_DTYPE) if self.zero_singletons else rewards
-            elif bool(rewards.max() == rewards.min()):
-                scores = torch.full_like(rewards, -self.baseline_shift)
-            else:
-                scores = rewards - (rewards.mean() + self.baseline_shift)
-            for exp, score in zip(exps, scores.float(), strict=True):
-                exp.advantages = score * exp.action_mask
-                exp.returns = exp.advantages.clone()
-            baseline = float((rewards - scores).mean())
-        return exps, {"group_baseline": baseline, "reward_mean": float(rewards.mean())}
 
     def vector_advantages(
         self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]

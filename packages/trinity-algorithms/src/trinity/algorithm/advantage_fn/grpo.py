@@ -17,17 +17,66 @@ from trinity.algorithm.advantage_fn._vectorized import (
     REWARD_DTYPE,
     VectorizedGroupAdvantage,
     duplicate_experience,
-    experience_rewards,
-    reference_group_scores,
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
-from trinity.algorithm.advantage_fn.functional import group_stats, grpo_advantages
+from trinity.algorithm.advantage_fn.functional import GroupStats, group_stats, grpo_advantages
 from trinity.algorithm.args import Field, GroupAdvantageArgs, NonNegFloat, PosFloat, StdLevel
 from trinity.common.experience import Experience
 
-__all__ = ["GRPOGroupedAdvantage"]
+__all__ = ["GRPOGroupedAdvantage", "check_std_cal_level", "grpo_group_scores", "step_std"]
 
 _STD_LEVELS = ("group", "batch", "none")
+
+
+def check_std_cal_level(std_cal_level: str) -> str:
+    """``std_cal_level`` if it is ``"group"``, ``"batch"`` or ``"none"``; ``ValueError`` if not."""
+    if std_cal_level not in _STD_LEVELS:
+        raise ValueError(f"std_cal_level must be one of {_STD_LEVELS}, got {std_cal_level!r}")
+    return std_cal_level
+
+
+def step_std(rewards: Tensor) -> Tensor:
+    """The std ``std_cal_level="batch"`` divides by: over every reward of the step (1 for one)."""
+    return rewards.std() if rewards.numel() > 1 else torch.tensor(1.0)
+
+
+def grpo_group_scores(
+    rewards: Tensor,
+    group_index: Tensor,
+    num_groups: int,
+    *,
+    epsilon: float,
+    std_cal_level: str,
+    zero_singletons: bool,
+    std_threshold: Optional[float],
+    batch_std: Optional[Tensor] = None,
+) -> tuple[Tensor, GroupStats, Tensor]:
+    """GRPO scores of every group at once, with the options ``grpo`` and ``step_wise_grpo`` share.
+
+    ``rewards`` ``[N]`` (float64) in groups ``group_index`` ``[N]``; ``std_cal_level``
+    ``"group"`` divides by each group's std, ``"batch"`` by ``batch_std`` (default: the std of
+    ``rewards``, :func:`step_std`), ``"none"`` not at all. A group is skipped when
+    ``std_threshold`` is set and it has one member or a std ``<=`` it.
+
+    Returns:
+        ``(scores [N], the groups' stats, skipped [G] bool)``.
+    """
+    stats = group_stats(rewards, group_index, num_groups)
+    if std_cal_level == "batch" and batch_std is None:
+        batch_std = step_std(rewards)
+    scores = grpo_advantages(
+        rewards,
+        group_index,
+        epsilon=epsilon,
+        norm_by_std=std_cal_level != "none",
+        batch_std=batch_std if std_cal_level == "batch" else None,
+        zero_singletons=zero_singletons,
+        stats=stats,
+    )
+    skipped = torch.zeros(num_groups, dtype=torch.bool)
+    if std_threshold is not None:
+        skipped = (stats.count == 1) | (stats.std <= std_threshold)
+    return scores, stats, skipped
 
 
 @ADVANTAGE_FN.register_module("grpo")
@@ -80,84 +129,45 @@ class GRPOGroupedAdvantage(VectorizedGroupAdvantage):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if std_cal_level not in _STD_LEVELS:
-            raise ValueError(f"std_cal_level must be one of {_STD_LEVELS}, got {std_cal_level!r}")
+        check_std_cal_level(std_cal_level)
         self.epsilon = float(epsilon)
         self.std_threshold = std_threshold
         self.duplicate_experiences = duplicate_experiences
         self.rank_penalty = rank_penalty
         self.std_cal_level = std_cal_level if norm_adv_by_std_in_grpo else "none"
 
-    # ---------------------------------------------------------------- per-group reference
-    def calculate_group_advantage(
-        self,
-        group_id: str,
-        exps: list[Experience],
-        precomputed_std: Optional[Tensor] = None,
-    ) -> tuple[list[Experience], dict]:
-        """One group, written plainly (Trinity-RFT's algorithm); same numbers as ``__call__``.
-
-        Returns the group's experiences (empty if skipped) and its ``reward_mean`` /
-        ``reward_std`` (0 / 1 for a one-member group, as Trinity-RFT reports them) and
-        ``filtered_count`` (the group's size when skipped, else 0).
-        """
-        metrics: dict[str, float] = {}
-        with torch.no_grad():
-            rewards = experience_rewards(exps, self.algorithm_name)
-            n = len(exps)
-            if n > 1 and self.rank_penalty is not None:
-                lp = torch.tensor([float(_mean_logprob(e)) for e in exps], dtype=REWARD_DTYPE)
-                ranks = (
-                    torch.argsort(torch.argsort(lp, stable=True), stable=True).to(REWARD_DTYPE) / n
-                )
-                rewards = rewards * (1 - ranks * self.rank_penalty)
-            mean = rewards.mean()
-            std = rewards.std() if n > 1 else torch.tensor(0.0, dtype=REWARD_DTYPE)
-            skip = self.std_threshold is not None and (n == 1 or bool(std <= self.std_threshold))
-            metrics["reward_mean"] = 0.0 if n == 1 else float(mean)
-            metrics["reward_std"] = 1.0 if n == 1 else float(std)
-            metrics["filtered_count"] = float(n) if skip else 0.0
-            if skip:
-                return [], metrics
-            scores = reference_group_scores(
-                rewards,
-                mean,
-                std,
-                zero_singletons=self.zero_singletons,
-                std_cal_level=self.std_cal_level,
-                epsilon=self.epsilon,
-                precomputed_std=precomputed_std,
-            )
-            for exp, score in zip(exps, scores.float(), strict=True):
-                exp.advantages = score * exp.action_mask
-                exp.returns = exp.advantages.clone()
-        return exps, metrics
-
-    # ---------------------------------------------------------------- vectorized path
     def vector_advantages(
-        self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]
+        self,
+        rewards: Tensor,
+        group_index: Tensor,
+        num_groups: int,
+        exps: Optional[list],
+        precomputed_std: Optional[Tensor] = None,
     ) -> tuple[Tensor, Optional[Tensor], dict[str, Any]]:
+        """Every group's GRPO scores; ``precomputed_std`` replaces the step's std for
+        ``std_cal_level="batch"`` (scoring one group of a larger step).
+
+        Metrics per group: ``reward_mean`` / ``reward_std`` (0 / 1 for a one-member group, as
+        Trinity-RFT reports them) and ``filtered_count`` (the group's size when skipped, else
+        0); for the step, ``skipped_group_ratio``.
+        """
         batch_std = None
-        if self.std_cal_level == "batch":
-            batch_std = rewards.std() if rewards.numel() > 1 else torch.tensor(1.0)
+        if self.std_cal_level == "batch":  # of the rewards before any rank penalty
+            batch_std = precomputed_std if precomputed_std is not None else step_std(rewards)
         if self.rank_penalty is not None and exps is not None:
             rewards = rewards * (1 - self._group_ranks(exps, group_index) * self.rank_penalty)
-        stats = group_stats(rewards, group_index, num_groups)
-        adv = grpo_advantages(
+        adv, stats, skipped_groups = grpo_group_scores(
             rewards,
             group_index,
+            num_groups,
             epsilon=self.epsilon,
-            norm_by_std=self.std_cal_level != "none",
-            batch_std=batch_std,
+            std_cal_level=self.std_cal_level,
             zero_singletons=self.zero_singletons,
-            stats=stats,
+            std_threshold=self.std_threshold,
+            batch_std=batch_std,
         )
         metrics: dict[str, Any] = dict(self.group_metric_means(stats, singleton_unit=True))
-        keep = None
-        skipped_groups = torch.zeros(num_groups, dtype=torch.bool)
-        if self.std_threshold is not None:
-            skipped_groups = (stats.count == 1) | (stats.std <= self.std_threshold)
-            keep = ~skipped_groups[group_index]
+        keep = ~skipped_groups[group_index] if self.std_threshold is not None else None
         # per group (group_advantages/filtered_count/mean, Trinity-RFT's) and in total
         metrics["filtered_count"] = torch.where(
             skipped_groups,

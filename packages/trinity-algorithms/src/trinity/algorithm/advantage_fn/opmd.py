@@ -8,22 +8,17 @@ of the KL-regularized objective with temperature ``tau``.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal, Optional
 
-import torch
 from torch import Tensor
 
 from trinity.algorithm.advantage_fn._vectorized import (
-    REWARD_DTYPE,
     VectorizedGroupAdvantage,
-    experience_rewards,
     group_baselines,
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import group_stats, opmd_advantages
 from trinity.algorithm.args import Field, GroupAdvantageArgs, PosFloat
-from trinity.common.experience import Experience
 
 __all__ = ["OPMDGroupAdvantage"]
 
@@ -56,29 +51,6 @@ class OPMDGroupAdvantage(VectorizedGroupAdvantage):
             raise ValueError(f"opmd_baseline must be 'mean' or 'logavgexp', got {opmd_baseline!r}")
         self.opmd_baseline = opmd_baseline
         self.tau = float(tau)
-
-    def calculate_group_advantage(
-        self, group_id: str, exps: list[Experience]
-    ) -> tuple[list[Experience], dict]:
-        """One group, written plainly (the guide's example); same numbers as ``__call__``."""
-        with torch.no_grad():
-            rewards = experience_rewards(exps, self.algorithm_name)
-            n = len(exps)
-            if n == 1:
-                baseline = (
-                    rewards[0] if self.zero_singletons else torch.tensor(0.0, dtype=REWARD_DTYPE)
-                )
-            elif bool(rewards.max() == rewards.min()):
-                baseline = rewards[0]
-            elif self.opmd_baseline == "mean":
-                baseline = rewards.mean()
-            else:
-                baseline = self.tau * (torch.logsumexp(rewards / self.tau, dim=-1) - math.log(n))
-            for exp, reward in zip(exps, rewards, strict=True):
-                score = (reward - baseline).float()
-                exp.advantages = score * exp.action_mask
-                exp.returns = exp.advantages.clone()
-        return exps, {"group_baseline": float(baseline)}
 
     def vector_advantages(
         self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]

@@ -13,12 +13,12 @@ from typing import Any, Optional
 from torch import Tensor
 
 from trinity.algorithm.advantage_fn._trainer import (
-    batch_field,
     batch_token_level_rewards,
-    masked_stats,
+    require_batch_field,
+    set_batch_advantages,
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN, AdvantageFn
-from trinity.algorithm.advantage_fn.functional import check_finite, gae_advantages_returns
+from trinity.algorithm.advantage_fn.functional import gae_advantages_returns
 from trinity.algorithm.args import ComponentArgs, Field, Probability
 from trinity.common.experience import Experiences
 
@@ -54,26 +54,19 @@ class PPOAdvantageFn(AdvantageFn):
     def __call__(  # type: ignore[override]
         self, exps: Experiences, values: Optional[Tensor] = None, **kwargs: Any
     ) -> tuple[Experiences, dict]:
-        vals = batch_field(exps, "values", values)
-        if vals is None:
-            raise ValueError(
-                "ppo advantage needs critic values [B, R]: pass values=..., or set "
-                "batch.values / batch.custom_fields['values']"
-            )
-        check_finite(vals, exps.eids, what="critic value")
-        rewards = batch_token_level_rewards(exps)
-        advantages, returns = gae_advantages_returns(
-            rewards, vals, exps.action_mask, gamma=self.gamma, lam=self.lam
+        vals = require_batch_field(
+            exps,
+            "values",
+            values,
+            what="critic value",
+            missing="ppo advantage needs critic values [B, R]: pass values=..., or set "
+            "batch.values / batch.custom_fields['values']",
         )
-        exps.advantages = advantages
-        exps.returns = returns
-        metrics = masked_stats(returns, exps.action_mask, "returns")
-        return exps, metrics
+        advantages, returns = gae_advantages_returns(
+            batch_token_level_rewards(exps), vals, exps.action_mask, gamma=self.gamma, lam=self.lam
+        )
+        return set_batch_advantages(exps, advantages, returns)
 
     @classmethod
     def default_args(cls) -> dict:
         return {"gamma": 1.0, "lam": 1.0}
-
-    @classmethod
-    def compute_in_trainer(cls) -> bool:
-        return True

@@ -6,16 +6,14 @@ reported ``reward_mean`` is the mean over tasks of each task's mean reward (as T
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
-import torch
 from torch import Tensor
 
-from trinity.algorithm.advantage_fn._vectorized import VectorizedGroupAdvantage, experience_rewards
+from trinity.algorithm.advantage_fn._vectorized import VectorizedGroupAdvantage
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import group_stats
 from trinity.algorithm.args import GroupAdvantageArgs
-from trinity.common.experience import Experience
 
 __all__ = ["REINFORCEGroupAdvantage"]
 
@@ -28,20 +26,6 @@ class REINFORCEGroupAdvantage(VectorizedGroupAdvantage):
         """``advantage_fn_args`` of ``reinforce``."""
 
     algorithm_name = "reinforce"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-
-    def calculate_group_advantage(
-        self, group_id: str, exps: list[Experience]
-    ) -> tuple[list[Experience], dict]:
-        """One group, written plainly; same numbers as ``__call__``."""
-        with torch.no_grad():
-            rewards = experience_rewards(exps, self.algorithm_name)
-            for exp, score in zip(exps, rewards.float(), strict=True):
-                exp.advantages = score * exp.action_mask
-                exp.returns = exp.advantages.clone()
-        return exps, {"reward_mean": float(rewards.mean())}
 
     def vector_advantages(
         self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]

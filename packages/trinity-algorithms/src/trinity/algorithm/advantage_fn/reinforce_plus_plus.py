@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from trinity.algorithm.advantage_fn._trainer import batch_token_level_rewards, masked_stats
+from trinity.algorithm.advantage_fn._trainer import (
+    batch_token_level_rewards,
+    set_batch_advantages,
+)
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN, AdvantageFn
 from trinity.algorithm.advantage_fn.functional import reinforce_plus_plus_advantages_returns
 from trinity.algorithm.args import ComponentArgs, Field, Probability
@@ -41,18 +44,11 @@ class REINFORCEPLUSPLUSAdvantageFn(AdvantageFn):
         self.gamma = float(gamma)
 
     def __call__(self, exps: Experiences, **kwargs: Any) -> tuple[Experiences, dict]:  # type: ignore[override]
-        rewards = batch_token_level_rewards(exps)
         advantages, returns = reinforce_plus_plus_advantages_returns(
-            rewards, exps.action_mask, gamma=self.gamma
+            batch_token_level_rewards(exps), exps.action_mask, gamma=self.gamma
         )
-        exps.advantages = advantages
-        exps.returns = returns
-        return exps, masked_stats(returns, exps.action_mask, "returns")
+        return set_batch_advantages(exps, advantages, returns)
 
     @classmethod
     def default_args(cls) -> dict:
         return {"gamma": 1.0}
-
-    @classmethod
-    def compute_in_trainer(cls) -> bool:
-        return True

@@ -12,12 +12,12 @@ from typing import Any, Optional
 from torch import Tensor
 
 from trinity.algorithm.advantage_fn._trainer import (
-    batch_field,
     batch_token_level_rewards,
-    masked_stats,
+    require_batch_field,
+    set_batch_advantages,
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN, AdvantageFn
-from trinity.algorithm.advantage_fn.functional import check_finite, remax_advantages_returns
+from trinity.algorithm.advantage_fn.functional import remax_advantages_returns
 from trinity.algorithm.args import ComponentArgs
 from trinity.common.experience import Experiences
 
@@ -37,29 +37,18 @@ class REMAXAdvantageFn(AdvantageFn):
     class Args(ComponentArgs):
         """``advantage_fn_args`` of ``remax``: none."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-
     def __call__(  # type: ignore[override]
         self, exps: Experiences, reward_baselines: Optional[Tensor] = None, **kwargs: Any
     ) -> tuple[Experiences, dict]:
-        baselines = batch_field(exps, "reward_baselines", reward_baselines)
-        if baselines is None:
-            raise ValueError(
-                "remax advantage needs reward_baselines [B] (the greedy response's reward): "
-                "pass reward_baselines=..., or set batch.custom_fields['reward_baselines']"
-            )
-        check_finite(baselines, exps.eids, what="reward baseline")
-        rewards = batch_token_level_rewards(exps)
-        advantages, returns = remax_advantages_returns(rewards, baselines, exps.action_mask)
-        exps.advantages = advantages
-        exps.returns = returns
-        return exps, masked_stats(returns, exps.action_mask, "returns")
-
-    @classmethod
-    def default_args(cls) -> dict:
-        return {}
-
-    @classmethod
-    def compute_in_trainer(cls) -> bool:
-        return True
+        baselines = require_batch_field(
+            exps,
+            "reward_baselines",
+            reward_baselines,
+            what="reward baseline",
+            missing="remax advantage needs reward_baselines [B] (the greedy response's reward): "
+            "pass reward_baselines=..., or set batch.custom_fields['reward_baselines']",
+        )
+        advantages, returns = remax_advantages_returns(
+            batch_token_level_rewards(exps), baselines, exps.action_mask
+        )
+        return set_batch_advantages(exps, advantages, returns)

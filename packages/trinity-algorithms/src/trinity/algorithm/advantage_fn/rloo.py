@@ -11,20 +11,16 @@ computed in the experience pipeline, and ``__call__`` also accepts a collated
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
-import torch
 from torch import Tensor
 
 from trinity.algorithm.advantage_fn._vectorized import (
-    REWARD_DTYPE,
     VectorizedGroupAdvantage,
-    experience_rewards,
 )
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN
 from trinity.algorithm.advantage_fn.functional import group_stats, rloo_advantages
 from trinity.algorithm.args import GroupAdvantageArgs
-from trinity.common.experience import Experience
 
 __all__ = ["RLOOAdvantageFn"]
 
@@ -41,28 +37,6 @@ class RLOOAdvantageFn(VectorizedGroupAdvantage):
         """``advantage_fn_args`` of ``rloo``."""
 
     algorithm_name = "rloo"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-
-    def calculate_group_advantage(
-        self, group_id: str, exps: list[Experience]
-    ) -> tuple[list[Experience], dict]:
-        """One group, written plainly; same numbers as ``__call__``."""
-        with torch.no_grad():
-            rewards = experience_rewards(exps, self.algorithm_name)
-            n = len(exps)
-            if n == 1:
-                scores = torch.zeros(1, dtype=REWARD_DTYPE) if self.zero_singletons else rewards
-            elif bool(rewards.max() == rewards.min()):
-                scores = torch.zeros_like(rewards)
-            else:
-                scores = (rewards - rewards.mean()) * (n / (n - 1))
-            for exp, score in zip(exps, scores.float(), strict=True):
-                exp.advantages = score * exp.action_mask
-                exp.returns = exp.advantages.clone()
-            std = float(rewards.std()) if n > 1 else 0.0
-        return exps, {"reward_mean": float(rewards.mean()), "reward_std": std}
 
     def vector_advantages(
         self, rewards: Tensor, group_index: Tensor, num_groups: int, exps: Optional[list]

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from trinity.algorithm.args import ComponentArgs, Field, NonNegFloat
-from trinity.algorithm.utils import aggregate_loss
+from trinity.algorithm.utils import aggregate_loss, expert_row_mask
 from trinity.utils.registry import Registry
 
 __all__ = [
@@ -72,6 +72,16 @@ class EntropyLossFn(ABC):
         """Initialization arguments used where the config gives none."""
         return {"entropy_coef": 0.0}
 
+    def weighted_bonus(
+        self, entropy: Tensor, action_mask: Tensor, loss_agg_mode: str
+    ) -> tuple[Tensor, dict[str, float]]:
+        """``entropy_coef * aggregate_loss(entropy, action_mask)`` and the unweighted aggregate
+        as metric ``entropy_loss``: the term the built-ins compute, over the rows they keep."""
+        entropy_loss = aggregate_loss(entropy, action_mask, loss_agg_mode=loss_agg_mode)
+        return entropy_loss * self.entropy_coef, {
+            "entropy_loss": float(entropy_loss.detach().item())
+        }
+
 
 @ENTROPY_LOSS_FN.register_module("default")
 class DefaultEntropyLossFn(EntropyLossFn):
@@ -89,10 +99,7 @@ class DefaultEntropyLossFn(EntropyLossFn):
         loss_agg_mode: str = "token-mean",
         **kwargs: Any,
     ) -> tuple[Tensor, dict[str, float]]:
-        entropy_loss = aggregate_loss(entropy, action_mask, loss_agg_mode=loss_agg_mode)
-        return entropy_loss * self.entropy_coef, {
-            "entropy_loss": float(entropy_loss.detach().item())
-        }
+        return self.weighted_bonus(entropy, action_mask, loss_agg_mode)
 
 
 @ENTROPY_LOSS_FN.register_module("mix")
@@ -115,22 +122,14 @@ class MixEntropyLossFn(EntropyLossFn):
         expert_mask: Optional[Tensor] = None,
         **kwargs: Any,
     ) -> tuple[Tensor, dict[str, float]]:
-        if expert_mask is None:
-            expert_mask = kwargs.get("is_expert_mask")
-        if expert_mask is None:
-            raise ValueError("MixEntropyLossFn needs expert_mask (bool [batch])")
-        expert = expert_mask.to(device=entropy.device, dtype=torch.bool).reshape(-1)
-        if expert.shape[0] != entropy.shape[0]:
-            raise ValueError(
-                f"expert_mask has {expert.shape[0]} rows but entropy has {entropy.shape[0]}"
-            )
-        usual = ~expert
-        entropy_loss = aggregate_loss(
-            entropy[usual], action_mask[usual], loss_agg_mode=loss_agg_mode
+        usual = ~expert_row_mask(
+            expert_mask,
+            entropy.shape[0],
+            entropy.device,
+            "MixEntropyLossFn",
+            is_expert_mask=kwargs.get("is_expert_mask"),
         )
-        return entropy_loss * self.entropy_coef, {
-            "entropy_loss": float(entropy_loss.detach().item())
-        }
+        return self.weighted_bonus(entropy[usual], action_mask[usual], loss_agg_mode)
 
 
 @ENTROPY_LOSS_FN.register_module("none")

@@ -122,6 +122,12 @@ def _get_field(container: Any, keys: tuple[str, ...]) -> Optional[Tensor]:
     return None
 
 
+def _container(experiences: Any) -> Any:
+    """Where a batch keeps its tensors: a verl ``DataProto``'s ``.batch``, else the batch."""
+    container = getattr(experiences, "batch", None)
+    return experiences if container is None else container
+
+
 def _set_field(container: Any, key: str, value: Tensor) -> None:
     if hasattr(container, "keys") and hasattr(container, "__setitem__"):
         container[key] = value
@@ -255,9 +261,7 @@ class KLFn(ABC):
         Raises:
             KeyError: scores, log-probs or the mask are missing.
         """
-        container = getattr(experiences, "batch", None)
-        if container is None:
-            container = experiences
+        container = _container(experiences)
         fields = {}
         for name, keys in (
             ("scores", _SCORE_KEYS),
@@ -327,9 +331,7 @@ class DummyKLFn(KLFn):
 
     def apply_kl_penalty_to_reward(self, experiences: Any) -> tuple[Any, dict[str, float]]:
         """Copy the scores to ``token_level_rewards`` (when they are stored separately)."""
-        container = getattr(experiences, "batch", None)
-        if container is None:
-            container = experiences
+        container = _container(experiences)
         scores = _get_field(container, _SCORE_KEYS)
         if scores is not None:
             _set_field(container, "token_level_rewards", scores)

@@ -354,6 +354,13 @@ def sft_loss(
     return loss, {"sft_loss": loss.detach()}
 
 
+def _dpo_pair_loss(z: Tensor, beta: float, label_smoothing: float) -> Tensor:
+    """``-(1 - ls) * logsigmoid(beta * z) - ls * logsigmoid(-beta * z)`` of each pair's
+    log-ratio margin ``z`` (conservative DPO when ``ls > 0``)."""
+    chosen_wins = -F.logsigmoid(beta * z) * (1.0 - label_smoothing)
+    return chosen_wins - F.logsigmoid(-beta * z) * label_smoothing
+
+
 def dpo_loss(
     logprob: Tensor,
     ref_logprob: Tensor,
@@ -385,11 +392,7 @@ def dpo_loss(
         fmask = mask.to(logprob.dtype)
         chosen_sum = masked_sum(logprob[0::2] - ref_logprob[0::2], fmask[0::2])
         rejected_sum = masked_sum(logprob[1::2] - ref_logprob[1::2], fmask[1::2])
-        z = chosen_sum - rejected_sum
-        loss = (
-            -F.logsigmoid(beta * z) * (1.0 - label_smoothing)
-            - F.logsigmoid(-beta * z) * label_smoothing
-        )
+        loss = _dpo_pair_loss(chosen_sum - rejected_sum, beta, label_smoothing)
         return loss, {
             "chosen_reward": beta * chosen_sum.detach(),
             "rejected_reward": beta * rejected_sum.detach(),
@@ -402,11 +405,7 @@ def dpo_loss(
         )
     log_ratio = masked_sum(logprob - ref_logprob, mask.to(logprob.dtype), axis=-1)  # [batch]
     chosen, rejected = log_ratio[0::2], log_ratio[1::2]  # [n_pairs]
-    z = chosen - rejected
-    losses = (
-        -F.logsigmoid(beta * z) * (1.0 - label_smoothing)
-        - F.logsigmoid(-beta * z) * label_smoothing
-    )
+    losses = _dpo_pair_loss(chosen - rejected, beta, label_smoothing)
     pairs = torch.ones_like(losses).unsqueeze(-1)  # [n_pairs, 1]: every pair counts once
     loss = aggregate_loss(losses.unsqueeze(-1), pairs, loss_agg_mode="token-mean")
     c, r = chosen.detach().unsqueeze(-1), rejected.detach().unsqueeze(-1)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional
 
-import torch
 from torch import Tensor
 
 from trinity.algorithm.args import ClipRangeArgs, Field, LossAggMode, PosInt, Probability
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, PolicyLossFn
 from trinity.algorithm.policy_loss_fn.ppo import PPOPolicyLossFn
 from trinity.algorithm.policy_loss_fn.sft import SFTLossFn
+from trinity.algorithm.utils import expert_row_mask
 
 __all__ = ["MIXPolicyLossFn"]
 
@@ -142,15 +142,13 @@ class MIXPolicyLossFn(PolicyLossFn):
 
         Returns the scalar loss and float metrics.
         """
-        if expert_mask is None:
-            expert_mask = kwargs.get("is_expert_mask")
-        if expert_mask is None:
-            raise ValueError("The mix policy loss needs expert_mask (bool [batch]); none given")
-        expert = expert_mask.to(device=logprob.device, dtype=torch.bool).reshape(-1)
-        if expert.shape[0] != logprob.shape[0]:
-            raise ValueError(
-                f"expert_mask has {expert.shape[0]} rows but the batch has {logprob.shape[0]}"
-            )
+        expert = expert_row_mask(
+            expert_mask,
+            logprob.shape[0],
+            logprob.device,
+            "The mix policy loss",
+            is_expert_mask=kwargs.get("is_expert_mask"),
+        )
         usual = ~expert
         n_usual, n_expert = int(usual.sum()), int(expert.sum())
         batch_rows = logprob.shape[0]

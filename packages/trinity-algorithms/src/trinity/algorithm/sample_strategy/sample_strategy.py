@@ -154,6 +154,15 @@ class SampleStrategy(ABC):
             "auxiliary_buffers)"
         )
 
+    def _require_reader(self, name: str, who: str) -> None:
+        """Refuse at construction a strategy (``who``) that will read an auxiliary buffer
+        ``name`` the run does not configure, rather than at its first sample."""
+        if name not in self.readers:
+            raise ValueError(
+                f"{who} needs a reader named {name!r} (buffer.trainer_input.auxiliary_buffers); "
+                f"readers given: {sorted(self.readers)}"
+            )
+
     @abstractmethod
     async def sample(
         self, step: int, current_model_version: Optional[int] = None
@@ -238,10 +247,10 @@ class WarmupSampleStrategy(DefaultSampleStrategy):
             raise ValueError(f"sft_warmup_steps must be >= 0, got {sft_warmup_steps}")
         self.sft_warmup_steps = sft_warmup_steps
         self.sft_dataset_name = sft_dataset_name
-        if sft_warmup_steps > 0 and sft_dataset_name not in self.readers:
-            raise ValueError(
-                f"sample strategy 'warmup' with sft_warmup_steps={sft_warmup_steps} needs a "
-                f"reader named {sft_dataset_name!r}; readers given: {sorted(self.readers)}"
+        if sft_warmup_steps > 0:
+            self._require_reader(
+                sft_dataset_name,
+                f"sample strategy 'warmup' with sft_warmup_steps={sft_warmup_steps}",
             )
 
     async def sample(
@@ -436,12 +445,7 @@ class MixSampleStrategy(SampleStrategy):
                 "sample strategy 'mix' needs train_batch_size (buffer.train_batch_size) to "
                 "split each batch between expert and RL data"
             )
-        if sft_dataset_name not in self.readers:
-            raise ValueError(
-                f"sample strategy 'mix' needs a reader named {sft_dataset_name!r} "
-                "(buffer.trainer_input.auxiliary_buffers); readers given: "
-                f"{sorted(self.readers)}"
-            )
+        self._require_reader(sft_dataset_name, "sample strategy 'mix'")
         self.expert_data_ratio = expert_data_ratio
         self.sft_dataset_name = sft_dataset_name
         self.expert_batch_size = math.ceil(expert_data_ratio * self.train_batch_size)

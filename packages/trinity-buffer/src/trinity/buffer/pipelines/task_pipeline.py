@@ -148,7 +148,7 @@ def check_and_run_task_pipeline(config: Config) -> dict[str, Any]:
     Raises:
         RuntimeError: the pipeline failed (the cause is chained).
     """
-    if config.mode not in ("explore", "both", "colocate"):
+    if not config.run_mode.explores:
         return {}  # only the explorer reads task sets
     if config.data_processor is None or config.data_processor.task_pipeline is None:
         return {}

@@ -9,50 +9,13 @@ SQLAlchemy and pyarrow.
 
 from __future__ import annotations
 
+from trinity.buffer.errors import __all__ as _ERROR_NAMES  # exception classes only: cheap
 from trinity.utils.lazy import lazy_exports
 
-__all__ = [
-    # errors
-    "StorageError",
-    "StorageConfigError",
-    "StorageTimeoutError",
-    "QueueReadTimeout",
-    "QueueWriteTimeout",
-    "QueueClosedError",
-    # queues
-    "PRIORITY_FN",
-    "PRIORITY_FUNC",
-    "PriorityFunction",
-    "ExperienceQueue",
-    "PriorityReplayQueue",
-    "QueueReader",
-    "QueueWriter",
-    "get_queue",
-    "remove_queue",
-    "clear_queues",
-    # ray
-    "RayQueueClient",
-    "get_ray_queue",
-    "kill_ray_queue",
-    # sql / file
-    "SQLStorage",
-    "SQLReader",
-    "SQLWriter",
-    "FileReader",
-    "FileWriter",
-    "JsonlFile",
-    "ParquetDataset",
-]
-
+# Which module of this package holds each public name. lazy_exports also makes the names, in
+# this order, the package's ``__all__``.
 _MODULES = {
-    "errors": (
-        "StorageError",
-        "StorageConfigError",
-        "StorageTimeoutError",
-        "QueueReadTimeout",
-        "QueueWriteTimeout",
-        "QueueClosedError",
-    ),
+    "errors": tuple(_ERROR_NAMES),
     "queue": (
         "PRIORITY_FN",
         "PRIORITY_FUNC",

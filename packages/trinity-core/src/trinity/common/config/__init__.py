@@ -88,7 +88,9 @@ from ._sections import (
     TrainerConfig,
     TrainerInput,
 )
+from ._utils import _set_derived as set_derived
 from ._utils import cuda_is_available
+from .modes import RUN_MODES, RunModeSpec, run_mode_spec
 from .reward_shaping import RewardShapingConfig
 
 __all__ = [
@@ -111,6 +113,11 @@ __all__ = [
     "cuda_is_available",
     # top level
     "Config",
+    # run modes
+    "RUN_MODES",
+    "RunModeSpec",
+    "run_mode_spec",
+    "set_derived",
     "StageConfig",
     # sections
     "AlgorithmConfig",

@@ -4,6 +4,8 @@ that refuses unknown keys and non-finite floats."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import (
@@ -11,7 +13,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Strict,
+    WithJsonSchema,
+    WrapValidator,
 )
+from pydantic_core import PydanticCustomError
 
 from trinity.common.constants import (  # noqa: F401 - re-exported by trinity.common.config
     EXPLORER_NAME,
@@ -19,6 +24,11 @@ from trinity.common.constants import (  # noqa: F401 - re-exported by trinity.co
     SYNC_METHOD_ALIASES,
     TRAINER_NAME,
 )
+from trinity.common.engines import BUILTIN_ENGINE_TYPES, ENGINES
+from trinity.common.storage import BUILTIN_STORAGE_TYPES, storage_type_names
+from trinity.utils.monitor import BUILTIN_MONITOR_TYPES, MONITOR
+
+from .modes import RUN_MODES
 
 DEFAULT_EXPERIENCE_BUFFER_NAME = "experience_buffer"
 
@@ -57,13 +67,66 @@ def _normalized(aliases: Optional[dict[str, str]] = None, upper: bool = False) -
     return BeforeValidator(_norm)
 
 
-RunMode = Annotated[
-    Literal["both", "colocate", "explore", "train", "bench", "serve"], _normalized()
+#: the ``mode:`` values: the names of the run-mode table (:mod:`.modes`), whose columns say
+#: what each mode does (``Config.run_mode``)
+RunMode = Annotated[Literal[tuple(RUN_MODES)], _normalized()]  # type: ignore[valid-type]
+
+
+def _registered(
+    names: Callable[[], list[str]],
+    builtins: tuple[str, ...],
+    aliases: Optional[dict[str, str]] = None,
+) -> WrapValidator:
+    """Accept a built-in name or any name a registry holds now (``names()``, built-ins first).
+
+    For the value sets that registries own (``monitor_type``, ``storage_type``,
+    ``engine_type``): the type is ``Literal[<built-ins>]`` (what Trinity-RFT's configs name,
+    what forms offer) and this validator widens it to the names plugins registered — looked up
+    at validation time, so a ``--plugin-dir`` loaded before the config counts. Matched
+    case-insensitively (a registered ``"MyMonitor"`` is returned in its registered spelling),
+    after ``aliases``. Anything else is refused as a ``literal_error`` listing every known name,
+    which the config errors render as ``invalid value ...; allowed values: ...; did you mean``.
+    """
+
+    def _check(value: Any, handler: Any) -> Any:
+        known = list(dict.fromkeys([*builtins, *names()]))
+        if isinstance(value, str):
+            text = value.strip().lower()
+            text = (aliases or {}).get(text, text)
+            canonical: dict[str, str] = {}
+            for name in known:
+                canonical.setdefault(name.lower(), name)
+            if text in canonical:
+                return canonical[text]
+        quoted = [repr(name) for name in known]
+        expected = ", ".join(quoted[:-1]) + f" or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
+        if isinstance(value, str):
+            # The config errors suggest the closest *built-in* (the Literal's values) themselves;
+            # a name close only to a registered one is suggested here.
+            text = value.strip().lower()
+            if not difflib.get_close_matches(text, list(builtins), n=1, cutoff=0.5):
+                lowered = {name.lower(): name for name in reversed(known)}
+                match = difflib.get_close_matches(text, list(lowered), n=1, cutoff=0.5)
+                if match:
+                    expected += f"; did you mean {lowered[match[0]]!r}?"
+        raise PydanticCustomError(
+            "literal_error", "Input should be {expected}", {"expected": expected}
+        )
+
+    return WrapValidator(_check)
+
+
+def _registry_names(*builtins: str) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "examples": list(builtins)})
+
+
+#: ``storage_type``: a built-in storage or any name a reader or writer is registered under
+#: (``trinity.common.storage.READER`` / ``WRITER``).
+StorageTypeName = Annotated[
+    Literal["file", "queue", "priority_queue", "sql"],
+    _registered(storage_type_names, BUILTIN_STORAGE_TYPES),
+    _registry_names(*BUILTIN_STORAGE_TYPES),
 ]
-#: modes that run an explorer and a trainer together (``colocate``: on the same devices, in
-#: turns; see ``trinity.launcher.colocate``)
-BOTH_MODES = ("both", "colocate")
-StorageTypeName = Annotated[Literal["file", "queue", "priority_queue", "sql"], _normalized()]
 PromptTypeName = Annotated[Literal["messages", "plaintext"], _normalized()]
 SyncMethodName = Annotated[
     Literal["nccl", "checkpoint", "memory"],
@@ -73,10 +136,18 @@ SyncStyleName = Annotated[
     Literal["fixed", "dynamic_by_explorer", "dynamic_by_trainer"],
     _normalized({"explorer_driven": "dynamic_by_explorer", "trainer_driven": "dynamic_by_trainer"}),
 ]
+#: ``engine_type``: a built-in engine type or any name in ``trinity.common.engines.ENGINES``.
 EngineType = Annotated[
-    Literal["vllm", "vllm_async", "transformers", "sglang", "tinker", "external"], _normalized()
+    Literal["vllm", "vllm_async", "transformers", "sglang", "tinker", "external"],
+    _registered(ENGINES.list, BUILTIN_ENGINE_TYPES),
+    _registry_names(*BUILTIN_ENGINE_TYPES),
 ]
-MonitorType = Annotated[Literal["tensorboard", "wandb", "mlflow"], _normalized()]
+#: ``monitor_type``: a built-in sink or any name in ``trinity.utils.monitor.MONITOR``.
+MonitorType = Annotated[
+    Literal["tensorboard", "wandb", "mlflow"],
+    _registered(MONITOR.list, BUILTIN_MONITOR_TYPES),
+    _registry_names(*BUILTIN_MONITOR_TYPES),
+]
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], _normalized(upper=True)
 ]
@@ -99,7 +170,6 @@ SaveStrategy = Annotated[
 LRSchedulerType = Annotated[Literal["constant", "cosine"], _normalized()]
 SaveHFCheckpoint = Annotated[Literal["last", "always", "never"], _normalized()]
 
-_SAVING_MODES = {"both", "colocate", "train", "explore", "bench"}
 _SFT_LIKE = {"sft", "dpo"}
 _NO_GPU_ENGINES = {"tinker", "external"}
 

@@ -48,9 +48,12 @@ from ._sections import (
     TrainerConfig,
     _Section,
 )
-from ._utils import _changes, _Checker, _deep_merge, _drop_values, _intent_dump
+from ._utils import _changes, _Checker, _deep_merge, _drop_values, _intent_dump, _set_derived
+from .modes import RUN_MODES, RunModeSpec, run_mode_spec
 
 logger = logging.getLogger("trinity.common.config")
+
+_MODES = tuple(RUN_MODES)
 
 # --------------------------------------------------------------------------------------
 # Top-level config
@@ -60,7 +63,7 @@ logger = logging.getLogger("trinity.common.config")
 class Config(_Section):
     """A whole Trinity run."""
 
-    mode: RunMode = Field("both", description="both, colocate, explore, train, bench or serve.")
+    mode: RunMode = Field("both", description=f"{', '.join(_MODES[:-1])} or {_MODES[-1]}.")
     project: str = Field("Trinity-RFT", description="Project name (monitor, checkpoint dirs).")
     group: str = Field("", description="Experiment group.")
     name: str = Field("rft", description="Experiment name.")
@@ -147,6 +150,12 @@ class Config(_Section):
 
     # ---------------------------------------------------------------- public API
     @property
+    def run_mode(self) -> RunModeSpec:
+        """The row of the run-mode table for ``mode`` (what the run does: explores, trains,
+        colocated, ...); ask it rather than compare ``mode`` with a mode's name."""
+        return run_mode_spec(self.mode)
+
+    @property
     def warnings(self) -> list[str]:
         """Adjustments made while validating (downgrades, deprecated keys, ...)."""
         return list(self._warnings)
@@ -175,9 +184,13 @@ class Config(_Section):
         checked = _validate(
             self._current_intent(), source=None, yaml_root=None, run_checks=True, quiet=True
         )
+        # copied through the config API for derived values, then marked set as ``checked``
+        # marks them: what the user wrote stays what it was
+        fields_set = self.model_fields_set
+        fields_set.clear()
         for name in type(self).model_fields:
-            self.__dict__[name] = checked.__dict__[name]
-        self.__pydantic_fields_set__ = set(checked.model_fields_set)
+            _set_derived(self, name, getattr(checked, name))
+        fields_set.update(checked.model_fields_set)
         self._warnings = checked.warnings
         self._intent = checked._intent
         self._snapshot = checked._snapshot

@@ -5,14 +5,12 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 from . import _utils
-from ._base import BOTH_MODES
 from ._errors import _fmt_loc
 from ._sections import (
     _NO_GPU_ENGINES,
-    _SAVING_MODES,
     _SFT_LIKE,
     DEFAULT_EXPERIENCE_BUFFER_NAME,
     ExperienceBufferConfig,
@@ -21,6 +19,7 @@ from ._sections import (
 )
 from ._usable import rule_model_context, rule_paths
 from ._utils import _Checker, _set_derived
+from .modes import RUN_MODES, RunModeSpec
 
 if TYPE_CHECKING:
     from ._core import Config
@@ -29,6 +28,11 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------------------
 # The cross-field rules
 # --------------------------------------------------------------------------------------
+
+
+def _mode_names(question: Callable[[RunModeSpec], bool]) -> str:
+    """The modes whose row answers yes, for messages: ``'bench'``, ``'both' or 'colocate'``."""
+    return " or ".join(repr(spec.name) for spec in RUN_MODES.values() if question(spec))
 
 
 def _apply_rules(c: _Checker) -> None:
@@ -69,11 +73,12 @@ def _rule_model(c: _Checker, cfg: Config) -> None:
             "only one LoRA adapter is supported for now",
         )
     if model.external_model.enable:
-        if cfg.mode != "bench":
+        if not cfg.run_mode.evaluates_checkpoints:
+            allowed = _mode_names(lambda spec: spec.evaluates_checkpoints)
             c.error(
                 ("model", "external_model", "enable"),
                 True,
-                f"an external model can only be used in mode 'bench' (mode is '{cfg.mode}')",
+                f"an external model can only be used in mode {allowed} (mode is '{cfg.mode}')",
             )
         if not model.external_model.model_name:
             c.error(
@@ -185,7 +190,7 @@ def _rule_explorer(c: _Checker, cfg: Config) -> None:
         _set_derived(rollout, "engine_type", "external")
         _set_derived(rollout, "external_model_config", cfg.model.external_model.model_copy())
     _set_derived(rollout, "enable_return_routed_experts", cfg.algorithm.enable_router_replay)
-    if cfg.mode == "serve":
+    if cfg.run_mode.serves_api:
         _set_derived(rollout, "enable_openai_api", True)
     if cfg.model.lora_configs and not cfg.model.tinker.enable:
         _set_derived(rollout, "enable_lora", True)
@@ -245,22 +250,23 @@ def _rule_cluster(c: _Checker, cfg: Config) -> None:
     total = cluster.node_num * gpn
     rollout = cfg.explorer.rollout_model
     rollout_gpus = aux_gpus = 0
-    if cfg.mode != "train" and rollout.engine_type != "external":
+    mode = cfg.run_mode
+    if mode.uses_rollout_engines and rollout.engine_type != "external":
         rollout_gpus = rollout.gpu_per_engine * rollout.engine_num
         aux_gpus = sum(m.gpu_per_engine * m.engine_num for m in cfg.explorer.auxiliary_models)
     explorer_gpus = rollout_gpus + aux_gpus
     trainer_gpus = trainer_nodes = trainer_per_node = 0
-    if cfg.mode in ("explore", "bench", "serve", "colocate"):
+    if not mode.trains or mode.colocated:  # the explorer may use every GPU
         if explorer_gpus > total:
             c.error(
                 ("explorer", "rollout_model", "engine_num"),
                 rollout.engine_num,
                 f"the explorer needs {explorer_gpus} GPUs but the cluster has {total}",
             )
-        if cfg.mode == "colocate":  # the trainer takes turns with the engines on every GPU
+        if mode.colocated:  # the trainer takes turns with the engines on every GPU
             trainer_gpus, trainer_nodes = total, cluster.node_num
             trainer_per_node = gpn
-    elif cfg.mode in ("both", "train"):
+    else:  # a trainer on the GPUs the engines leave
         if explorer_gpus >= total:
             c.error(
                 ("explorer", "rollout_model", "engine_num"),
@@ -299,7 +305,7 @@ def _rule_synchronizer(c: _Checker, cfg: Config) -> None:
     _set_derived(sync, "ray_namespace", cfg.ray_namespace)
     _set_derived(sync, "explorer_world_size", cfg.cluster.rollout_gpu_num or None)
     if sync.sync_method == "nccl":
-        if cfg.mode in ("train", "explore", "bench", "serve"):
+        if not cfg.run_mode.explores_and_trains:
             c.warn(
                 f"mode '{cfg.mode}' cannot synchronise weights over NCCL (explorer and trainer "
                 "are not both running); synchronizer.sync_method set to 'checkpoint'."
@@ -311,7 +317,7 @@ def _rule_synchronizer(c: _Checker, cfg: Config) -> None:
                 "synchronizer.sync_method set to 'checkpoint'."
             )
             _set_derived(sync, "sync_method", "checkpoint")
-    if cfg.mode == "colocate":
+    if cfg.run_mode.colocated:
         _rule_colocate(c, cfg)
     if sync.explorer_sync_interval is None:
         _set_derived(sync, "explorer_sync_interval", sync.sync_interval)
@@ -322,7 +328,7 @@ def _rule_synchronizer(c: _Checker, cfg: Config) -> None:
     # eval_interval must be a multiple of the explorer's sync interval
     interval = sync.explorer_sync_interval or sync.sync_interval
     if (
-        cfg.mode != "bench"
+        not cfg.run_mode.evaluates_checkpoints
         and cfg.algorithm.algorithm_type not in _SFT_LIKE
         and cfg.explorer.eval_interval % interval
     ):
@@ -335,7 +341,7 @@ def _rule_synchronizer(c: _Checker, cfg: Config) -> None:
 
 
 def _train_batch_size_required(cfg: Config) -> bool:
-    return cfg.mode == "train" or cfg.algorithm.algorithm_type in _SFT_LIKE
+    return cfg.run_mode.trains_on_dataset or cfg.algorithm.algorithm_type in _SFT_LIKE
 
 
 def _fill_taskset(
@@ -393,7 +399,7 @@ def _rename_over_earlier_run(c: _Checker, cfg: Config) -> None:
     already holds an earlier run's output is renamed ``<name>_<timestamp>``, so it neither
     resumes nor appends to (or overwrites) what is there. Bench reads the checkpoints of its
     directory and is never renamed; a ``stages:`` config decides per stage."""
-    if cfg.continue_from_checkpoint or cfg.mode not in ("both", "colocate", "train", "explore"):
+    if cfg.continue_from_checkpoint or not cfg.run_mode.resumable:
         return
     if cfg.stages:
         return
@@ -455,12 +461,13 @@ def _rule_buffer(c: _Checker, cfg: Config) -> None:
     # trainer input
     trainer_input = buffer.trainer_input
     exp = trainer_input.experience_buffer
-    if exp is None and cfg.mode in ("both", "colocate", "explore"):
+    mode = cfg.run_mode
+    if exp is None and mode.explores:
         exp = ExperienceBufferConfig(name=DEFAULT_EXPERIENCE_BUFFER_NAME, storage_type="queue")
         _set_derived(trainer_input, "experience_buffer", exp)
     if exp is not None:
         loc = ("buffer", "trainer_input", "experience_buffer")
-        if exp.storage_type == "file" and cfg.mode in BOTH_MODES:
+        if exp.storage_type == "file" and mode.explores_and_trains:
             c.warn(
                 "a 'file' experience buffer cannot be written and read at once in mode 'both'; "
                 f"{_fmt_loc(loc)}.storage_type set to 'queue'."
@@ -470,7 +477,7 @@ def _rule_buffer(c: _Checker, cfg: Config) -> None:
             _set_derived(exp, "name", DEFAULT_EXPERIENCE_BUFFER_NAME)
         _set_derived(exp, "batch_size", tbs)
         least = 0  # a read stops at explore steps' ends only where an explorer writes them
-        if cfg.mode in ("both", "colocate", "explore") and tbs:
+        if mode.explores and tbs:
             least = max(1, min(math.ceil(cfg.explorer.min_batch_fraction * tbs), tbs))
         _set_derived(exp, "min_batch_size", least)
         _set_derived(exp, "tokenizer_path", cfg.model.model_path or None)
@@ -479,7 +486,7 @@ def _rule_buffer(c: _Checker, cfg: Config) -> None:
             _set_derived(exp.format, "chat_template", cfg.model.custom_chat_template)
         if exp.format.enable_thinking is None:
             _set_derived(exp.format, "enable_thinking", cfg.model.enable_thinking)
-        if cfg.mode == "train":
+        if mode.trains_on_dataset:
             _set_derived(exp, "total_epochs", buffer.total_epochs)
             _set_derived(exp, "total_steps", buffer.total_steps)
     for name, aux in trainer_input.auxiliary_buffers.items():
@@ -517,7 +524,11 @@ def _rule_trainer(c: _Checker, cfg: Config) -> None:
 
 def _rule_data_processor(c: _Checker, cfg: Config) -> None:
     task_pipeline = cfg.data_processor.task_pipeline
-    if task_pipeline is not None and task_pipeline.output is None and cfg.mode != "train":
+    if (
+        task_pipeline is not None
+        and task_pipeline.output is None
+        and cfg.run_mode.uses_rollout_engines
+    ):
         tasksets = cfg.buffer.explorer_input.get_tasksets()
         if tasksets:
             _set_derived(task_pipeline, "output", tasksets[0])
@@ -525,7 +536,7 @@ def _rule_data_processor(c: _Checker, cfg: Config) -> None:
 
 def _rule_run(c: _Checker, cfg: Config) -> None:
     """Requirements of an actual run on this machine (``check_and_update``)."""
-    mode = cfg.mode
+    mode = cfg.run_mode
     model = cfg.model
     external = model.external_model.enable
     if not model.model_path and not external:
@@ -538,11 +549,11 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
             "model.max_prompt_tokens and model.max_response_tokens",
         )
     # checkpoint directory
-    if mode in _SAVING_MODES and not cfg.checkpoint_root_dir:
+    if mode.saves and not cfg.checkpoint_root_dir:
         c.error(
             ("checkpoint_root_dir",),
             cfg.checkpoint_root_dir,
-            f"required in mode '{mode}' (checkpoints, logs and buffers are written there)",
+            f"required in mode '{mode.name}' (checkpoints, logs and buffers are written there)",
         )
     if cfg.checkpoint_root_dir:
         root = os.path.abspath(cfg.checkpoint_root_dir)
@@ -561,18 +572,21 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
         if explorer_input.taskset is not None or not explorer_input.tasksets
         else ("buffer", "explorer_input", "tasksets")
     )
-    if mode in ("both", "colocate", "explore"):
+    if mode.needs_taskset:
         if not tasksets:
             c.error(
                 train_loc,
                 None,
-                f"mode '{mode}' needs a train task set: set buffer.explorer_input.taskset.path",
+                f"mode '{mode.name}' needs a train task set: set "
+                "buffer.explorer_input.taskset.path",
             )
         for i, taskset in enumerate(tasksets):
             if not taskset.path:
                 loc = train_loc if explorer_input.taskset is not None else train_loc + (i,)
-                c.error(loc + ("path",), taskset.path, f"mode '{mode}' needs the task set's path")
-    if mode not in ("train", "serve"):
+                c.error(
+                    loc + ("path",), taskset.path, f"mode '{mode.name}' needs the task set's path"
+                )
+    if mode.uses_eval_tasksets:
         for i, taskset in enumerate(explorer_input.eval_tasksets):
             if not taskset.path:
                 c.error(
@@ -580,21 +594,21 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
                     taskset.path,
                     "every eval task set needs a path",
                 )
-    if mode == "bench":
+    if mode.evaluates_checkpoints:
         if not explorer_input.eval_tasksets:
             c.error(
                 ("buffer", "explorer_input", "eval_tasksets"),
                 [],
-                "mode 'bench' needs at least one eval task set to evaluate on",
+                f"mode '{mode.name}' needs at least one eval task set to evaluate on",
             )
     # trainer input
     exp = cfg.buffer.trainer_input.experience_buffer
-    if mode == "train":
+    if mode.trains_on_dataset:
         if exp is None:
             c.error(
                 ("buffer", "trainer_input", "experience_buffer"),
                 None,
-                "mode 'train' needs a data set or buffer to train on: set "
+                f"mode '{mode.name}' needs a data set or buffer to train on: set "
                 "buffer.trainer_input.experience_buffer (storage_type and path)",
             )
         elif exp.storage_type == "file" and not exp.path:
@@ -603,11 +617,16 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
                 exp.path,
                 "a 'file' experience buffer needs a path",
             )
-    if _train_batch_size_required(cfg) and not cfg.buffer.train_batch_size and mode != "bench":
+    if (
+        _train_batch_size_required(cfg)
+        and not cfg.buffer.train_batch_size
+        and not mode.evaluates_checkpoints
+    ):
         c.error(
             ("buffer", "train_batch_size"),
             cfg.buffer.train_batch_size,
-            "must be set explicitly when mode is 'train' or algorithm_type is 'sft'/'dpo'",
+            f"must be set explicitly when mode is {_mode_names(lambda s: s.trains_on_dataset)} "
+            "or algorithm_type is 'sft'/'dpo'",
         )
     # A buffer the run writes gets a path in the cache directory; an SFT/DPO data set is read,
     # never written, so it keeps no path and the algorithm type's check asks for one.
@@ -620,7 +639,7 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
         _set_derived(exp, "path", path)
     pipeline = cfg.data_processor.experience_pipeline
     if (
-        mode in ("explore", "both", "colocate", "serve")
+        mode.writes_experiences
         and pipeline.save_input
         and pipeline.input_save_path is None
         and cfg.buffer.cache_dir
@@ -631,14 +650,20 @@ def _rule_run(c: _Checker, cfg: Config) -> None:
             "sqlite:///" + os.path.join(cfg.buffer.cache_dir, "explorer_output.db"),
         )
     task_pipeline = cfg.data_processor.task_pipeline
-    if task_pipeline is not None and task_pipeline.output is None and mode != "bench":
+    if (
+        task_pipeline is not None
+        and task_pipeline.output is None
+        and not mode.evaluates_checkpoints
+    ):
         c.error(
             ("data_processor", "task_pipeline", "output"),
             None,
             "the task pipeline needs an output: set it or a train task set",
         )
     # NCCL needs CUDA
-    if cfg.synchronizer.sync_method == "nccl" and mode == "both" and not _cuda_available():
+    # (colocate has turned nccl into memory already: one device holds both sides)
+    both_apart = mode.explores_and_trains and not mode.colocated
+    if cfg.synchronizer.sync_method == "nccl" and both_apart and not _cuda_available():
         c.warn(
             "CUDA is not available, so weights cannot be synchronised over NCCL; "
             "synchronizer.sync_method set to 'checkpoint'."

@@ -15,7 +15,6 @@ from pydantic import (
 
 from ._base import (  # noqa: F401 - re-exported (see __all__)
     _NO_GPU_ENGINES,
-    _SAVING_MODES,
     _SFT_LIKE,
     DEFAULT_EXPERIENCE_BUFFER_NAME,
     EXPLORER_NAME,
@@ -125,7 +124,6 @@ __all__ = [
     "TrainerInput",
     "TrainerStrategy",
     "_NO_GPU_ENGINES",
-    "_SAVING_MODES",
     "_SFT_LIKE",
     "_STORAGE_ALIAS",
     "_Section",
@@ -233,7 +231,13 @@ class InferenceModelConfig(_Section):
     name: Optional[str] = Field(None, description="Name workflows use to find this model.")
     trust_remote_code: Optional[bool] = Field(None, description="Defaults to the model section.")
     engine_type: EngineType = Field(
-        "vllm", description="vllm, transformers (no vLLM needed), sglang, tinker or external."
+        "vllm",
+        description=(
+            "vllm, transformers (no vLLM needed), external, or any engine registered in "
+            "trinity.common.engines.ENGINES (e.g. by a plugin). The built-in names (also "
+            "Trinity-RFT's sglang and tinker, which this release cannot run) always validate; "
+            "other names must be registered when the config is loaded."
+        ),
     )
     engine_num: Int = Field(1, ge=1, description="Number of engine replicas.")
     tensor_parallel_size: Int = Field(1, ge=0, description="Tensor parallel size per engine.")
@@ -626,7 +630,14 @@ class TrainerConfig(_Section):
 class MonitorConfig(_Section):
     """Where metrics go."""
 
-    monitor_type: MonitorType = Field("tensorboard", description="tensorboard, wandb or mlflow.")
+    monitor_type: MonitorType = Field(
+        "tensorboard",
+        description=(
+            "tensorboard, wandb, mlflow, or any monitor registered in "
+            "trinity.utils.monitor.MONITOR (a plugin's @MONITOR.register_module). The built-in "
+            "names always validate; other names must be registered when the config is loaded."
+        ),
+    )
     monitor_args: Optional[dict[str, Any]] = Field(None, description="Monitor arguments.")
     detailed_stats: bool = Field(False, description="Report mean/std/max/min for eval metrics.")
     enable_ray_timeline: bool = Field(False, description="Write a Ray timeline profile.")

@@ -154,7 +154,13 @@ class StorageConfig(_Section):
 
     name: str = Field("", description="Storage name; task sets default to 'taskset_<i>'.")
     storage_type: StorageTypeName = Field(
-        "file", description="file (local/HF data set), queue, priority_queue or sql."
+        "file",
+        description=(
+            "file (local/HF data set), queue, priority_queue, sql, or any storage whose reader "
+            "or writer is registered in trinity.common.storage.READER / WRITER (e.g. by a "
+            "plugin). The built-in names always validate; other names must be registered when "
+            "the config is loaded."
+        ),
     )
     path: Optional[str] = Field(
         None, description="Data set path / HF name (file), database URL (sql) or backing file."

@@ -187,7 +187,7 @@ def rule_paths(c: _Checker, cfg: Config) -> None:
         if taskset.storage_type == "file":
             _check_input(c, loc + ("path",), taskset.path, "the task set")
     exp = cfg.buffer.trainer_input.experience_buffer
-    if exp is not None and cfg.mode == "train" and exp.storage_type == "file":
+    if exp is not None and cfg.run_mode.trains_on_dataset and exp.storage_type == "file":
         _check_input(
             c, ("buffer", "trainer_input", "experience_buffer", "path"), exp.path, "the data set"
         )

@@ -38,13 +38,25 @@ def cuda_is_available() -> bool:
 
 
 def _set_derived(obj: BaseModel, name: str, value: Any) -> None:
-    """Set a derived value without marking it as user-set.
+    """Set a derived value without marking it as user-set: the one config API for derived
+    values (the rules, ``check_and_update``). Nothing writes a model's ``__dict__``.
 
     Derived values are recomputed on every validation; keeping them out of
     ``model_fields_set`` lets stages and ``check_and_update`` start from what the user
     actually wrote (see ``_intent_dump``).
+
+    How, with pydantic's documented API only: ordinary attribute assignment (a field of the
+    model; ``extra="forbid"`` refuses any other name; the sections do not set
+    ``validate_assignment``, so the value is stored as given, never re-validated into
+    something else), then ``model_fields_set`` (the model's own live set,
+    ``__pydantic_fields_set__``) is put back as it was for ``name``: assignment marks a field
+    set, a derived value must not, and a value the user wrote stays user-set when a rule
+    adjusts it.
     """
-    obj.__dict__[name] = value
+    user_set = name in obj.model_fields_set
+    setattr(obj, name, value)
+    if not user_set:
+        obj.model_fields_set.discard(name)
 
 
 def _intent_dump(model: BaseModel) -> dict[str, Any]:

@@ -7,20 +7,31 @@
   :func:`create_auxiliary_engines` all engines of a config;
 * :class:`EngineModelWrapper` is the :class:`~trinity.common.models.ModelWrapper` workflows get.
 
-Engine classes are looked up by ``engine_type`` in :data:`ENGINE_TYPES` and imported lazily, so
-this package imports without vLLM.
+Engine classes are looked up by ``engine_type`` in core's registry
+:data:`~trinity.common.engines.ENGINES` (re-exported here), which the built-ins reach through
+this package's ``trinity.engines`` entry points: each is imported when an engine of its type is
+built, so this package imports without vLLM. A plugin adds an engine type with
+``@ENGINES.register_module("my_engine")`` on a :class:`BaseRolloutEngine` subclass (built as
+``cls(settings)``); the config schema then accepts the name. :data:`ENGINE_TYPES` is a
+read-only view of the registry (``engine_type -> "module:Class"``).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
+import sys
+from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
+from trinity.common.config.modes import run_mode_spec
+from trinity.common.engines import ENGINES
 from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings, Sample
 from trinity.launcher.engines.wrapper import EngineModelWrapper, call_engine
+from trinity.utils.plugin_loader import PLUGIN_DIRS_ENV, get_plugin_dirs
+from trinity.utils.registry import UnknownModuleError, is_builtin_module
 
 __all__ = [
+    "ENGINES",
     "ENGINE_TYPES",
     "BaseRolloutEngine",
     "EngineModelWrapper",
@@ -35,27 +46,45 @@ __all__ = [
     "engine_settings",
 ]
 
-#: engine_type -> "module:Class"
-ENGINE_TYPES: dict[str, str] = {
-    "vllm": "trinity.launcher.engines.vllm_engine:VLLMEngine",
-    "vllm_async": "trinity.launcher.engines.vllm_engine:VLLMEngine",
-    "transformers": "trinity.launcher.engines.hf_engine:TransformersEngine",
-    "external": "trinity.launcher.engines.external:ExternalEngine",
-    "fake": "trinity.launcher.engines.testing:FakeEngine",
-}
+
+class _EngineTypes(Mapping[str, str]):
+    """``engine_type -> "module:Class"`` of every engine :data:`ENGINES` knows (registered, or
+    advertised by an installed package), read live: a plugin's engine is in it once its module
+    is imported. Nothing is imported to list or test names."""
+
+    def __getitem__(self, engine_type: str) -> str:
+        try:
+            return ENGINES.origin(engine_type)
+        except UnknownModuleError:
+            raise KeyError(engine_type) from None
+
+    def __contains__(self, engine_type: object) -> bool:
+        return engine_type in ENGINES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(ENGINES.list())
+
+    def __len__(self) -> int:
+        return len(ENGINES.list())
+
+    def __repr__(self) -> str:
+        return f"ENGINE_TYPES({dict(self)!r})"
+
+
+#: engine_type -> "module:Class", a live view of :data:`ENGINES`
+ENGINE_TYPES: Mapping[str, str] = _EngineTypes()
 
 
 def engine_class(engine_type: str) -> type[BaseRolloutEngine]:
     """The engine class of ``engine_type`` (imports its backend)."""
     try:
-        target = ENGINE_TYPES[engine_type]
-    except KeyError:
+        return ENGINES[engine_type]
+    except UnknownModuleError:
+        supported = ", ".join(t for t in ENGINES.list() if t != "fake")
         raise ValueError(
             f"explorer.rollout_model.engine_type: unknown engine {engine_type!r}; this release "
-            f"supports {', '.join(sorted(ENGINE_TYPES))}"
+            f"supports {supported}"
         ) from None
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def _first(*values: Any) -> Any:
@@ -181,11 +210,19 @@ def create_engine_actor(
     import ray
 
     cls = engine_class(settings.engine_type)
+    _ship_plugin_class(cls)
     actor_options: dict[str, Any] = {
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
         "max_concurrency": 1000,
-        "runtime_env": {"env_vars": {**ENGINE_ENV_VARS, **_forwarded(), **(env_vars or {})}},
+        "runtime_env": {
+            "env_vars": {
+                **ENGINE_ENV_VARS,
+                **_forwarded(),
+                **_plugin_env(cls),
+                **(env_vars or {}),
+            }
+        },
         **(options or {}),
     }
     if name:
@@ -199,6 +236,39 @@ def create_engine_actor(
 
 def _forwarded() -> dict[str, str]:
     return {k: os.environ[k] for k in FORWARDED_ENV_VARS if k in os.environ}
+
+
+def _ship_plugin_class(cls: type) -> None:
+    """Let every Ray worker load a plugin's engine class, plugins loaded or not.
+
+    Ray pickles an actor's class by reference to its module, and every process that receives
+    the actor's handle loads that class to learn its methods' signatures -- a runner before its
+    ``__init__`` loads the plugin directories. A ``--plugin-dir`` module is importable only
+    where those directories are on the path, so its classes are pickled by value instead (what
+    Ray advises for a driver's local modules). Built-in engines are left alone."""
+    module_name = getattr(cls, "__module__", None)
+    if is_builtin_module(module_name):
+        return
+    module = sys.modules.get(module_name or "")
+    if module is None or module_name == "__main__":
+        return  # __main__ is pickled by value anyway
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+
+
+def _plugin_env(cls: type) -> dict[str, str]:
+    """The environment a plugin's engine class needs in its Ray worker: the plugin
+    directories on the path. The class itself comes by value (:func:`_ship_plugin_class`), but
+    what its module imports from other plugin modules (``--plugin-dir`` modules are imported
+    under their plain file names) is looked up by name. A built-in engine needs nothing."""
+    if is_builtin_module(getattr(cls, "__module__", None)):
+        return {}
+    dirs = [str(p) for p in get_plugin_dirs(None)]
+    if not dirs:
+        return {}
+    path = os.pathsep.join([*dirs, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {"PYTHONPATH": path, PLUGIN_DIRS_ENV: os.pathsep.join(dirs)}
 
 
 def _actor_resources(settings: EngineSettings) -> tuple[float, float]:
@@ -220,7 +290,7 @@ def create_rollout_engines(
     handles = []
     for i in range(rollout.engine_num):
         settings = engine_settings(rollout, config.model, engine_id=i)
-        if config.mode == "colocate":
+        if run_mode_spec(config.mode).colocated:  # sleep mode, half a GPU each
             from trinity.launcher.colocate import colocated_engine
 
             settings = colocated_engine(settings)

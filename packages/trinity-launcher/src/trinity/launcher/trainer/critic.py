@@ -30,7 +30,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
@@ -40,7 +40,7 @@ from torch import Tensor
 
 from trinity.common.experience import Experiences
 from trinity.launcher.trainer.verl_engine import VerlTrainEngine
-from trinity.launcher.trainer.verl_loss import _NUM_SEQS, _NUM_TOKENS, _share
+from trinity.launcher.trainer.verl_loss import _MicroBatchCallback
 from trinity.launcher.trainer.verl_settings import _OPTIMIZERS, VerlEngineSettings
 
 if TYPE_CHECKING:
@@ -344,40 +344,31 @@ def _critic_key(name: str) -> str:
     return name
 
 
-class _MicroBatchValueLoss:
+class _MicroBatchValueLoss(_MicroBatchCallback):
     """The ``loss_function`` verl's value engine calls per micro-batch.
 
     ``model_output["values"]`` is nested ``[b, j]`` over the packed sequences; the micro-batch
     TensorDict carries ``values`` (old), ``returns`` and ``action_mask`` ``[b, R]``. The loss is
-    weighted by the micro-batch's share of the whole batch's denominator (and the data-parallel
-    size, which FSDP's gradient averaging divides by), the metrics by their shares, so sums over
-    micro-batches and ranks are the whole batch's values.
+    weighted by the micro-batch's share of the whole batch's denominator, the metrics by their
+    shares; counting, the shares and the data-parallel scaling are :class:`_MicroBatchCallback`'s.
     """
 
     def __init__(self, value_loss: ValueLossFn, dp_size: int) -> None:
+        super().__init__(dp_size)
         self.value_loss = value_loss
-        self.dp_size = dp_size
-        #: micro-batches this callback has seen (the update's ``critic/micro_batches``)
-        self.calls = 0
 
-    def __call__(
-        self, model_output: Mapping[str, Tensor], data: Any, dp_group: Any = None
+    def micro_batch_loss(
+        self, model_output: Mapping[str, Tensor], data: Any, share: Callable[[Tensor, str], float]
     ) -> tuple[Tensor, dict[str, float]]:
-        from verl.utils import tensordict_utils as tu
-        from verl.workers.utils.padding import no_padding_2_padding
-
         from trinity.algorithm.utils import masked_mean
 
-        self.calls += 1
-        vpreds = no_padding_2_padding(model_output["values"], data)  # [b, R]
+        vpreds = self.padded(model_output, "values", data)  # [b, R]
         mask = data["action_mask"]
-        num_tokens = float(tu.get_non_tensor_data(data, _NUM_TOKENS, 0.0))
-        num_seqs = float(tu.get_non_tensor_data(data, _NUM_SEQS, 0.0))
         loss, terms = self.value_loss(
             vpreds, data["returns"].to(vpreds.dtype), data["values"].to(vpreds.dtype), mask
         )
-        w_loss = _share(mask, self.value_loss.loss_agg_mode, num_tokens, num_seqs)
-        w_tok = _share(mask, "token-mean", num_tokens, num_seqs)
+        w_loss = share(mask, self.value_loss.loss_agg_mode)
+        w_tok = share(mask, "token-mean")
         vpred_mean = float(masked_mean(vpreds.detach(), mask).item()) if mask.any() else 0.0
         metrics = {
             "critic/vf_loss": terms["vf_loss"] * w_loss,
@@ -386,4 +377,4 @@ class _MicroBatchValueLoss:
         }
         if not math.isfinite(terms["vf_loss"]):
             logger.warning("critic value loss is %s on a micro-batch", terms["vf_loss"])
-        return loss * w_loss * self.dp_size, metrics
+        return loss * w_loss, metrics

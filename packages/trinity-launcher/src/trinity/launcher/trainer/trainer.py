@@ -5,23 +5,18 @@
 losses, KL and advantages come from trinity-algorithms (resolved from the config exactly as
 the launcher resolves them), batches from core's ``collate_experiences``.
 
-Checkpoints follow verl's layout under the run directory::
+Its part of a step checkpoint (verl's layout, written and read by the run's one
+checkpointer, :class:`trinity.launcher.checkpoint.RunCheckpointer`)::
 
     <checkpoint_job_dir>/global_step_N/actor/        engine shards + huggingface/ (config)
     <checkpoint_job_dir>/global_step_N/critic/       the value model's shards (PPO only)
-    <checkpoint_job_dir>/global_step_N/trainer_state.json   step, reader positions
-    <checkpoint_job_dir>/latest_checkpointed_iteration.txt   N of the last complete save
-
-The "latest" file is written last, so a run killed while saving resumes from the previous
-complete checkpoint.
+    <checkpoint_job_dir>/global_step_N/trainer_state.json   :meth:`Trainer.state_dict`
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any, Optional, Protocol
@@ -30,13 +25,15 @@ import torch
 
 from trinity.common.config import Config
 from trinity.common.experience import Experience, Experiences, collate_experiences
+from trinity.launcher.checkpoint import (  # noqa: F401 - the names this module had
+    LATEST_FILE,
+    CheckpointSettings,
+    RunCheckpointer,
+    latest_checkpoint,
+)
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
-
-LATEST_FILE = "latest_checkpointed_iteration.txt"
-STATE_FILE = "trainer_state.json"
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
 class TrainEngine(Protocol):
@@ -77,16 +74,6 @@ class CriticEngine(Protocol):
     def save_checkpoint(self, directory: str, step: Optional[int] = None) -> Path: ...
 
     def load_checkpoint(self, directory: str) -> int: ...
-
-
-def latest_checkpoint(job_dir: str) -> Optional[int]:
-    """The step of the last *complete* checkpoint in ``job_dir`` (``None``: there is none)."""
-    path = os.path.join(job_dir, LATEST_FILE)
-    try:
-        step = int(Path(path).read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    return step if os.path.isdir(os.path.join(job_dir, f"global_step_{step}")) else None
 
 
 class Trainer:
@@ -169,9 +156,6 @@ class Trainer:
         )
         self.job_dir = config.checkpoint_job_dir
         self.global_step = 0
-        #: ``hook(step_dir)``: called by :meth:`save_checkpoint` after the trainer's files and
-        #: before the "latest" marker, so what a hook writes is part of the checkpoint
-        self.checkpoint_hooks: list[Any] = []
 
     # ------------------------------------------------------------------ one step
     def sample(self) -> tuple[list[Experience], dict[str, float]]:
@@ -261,59 +245,48 @@ class Trainer:
     def step_dir(self, step: int) -> str:
         return os.path.join(self.job_dir, f"global_step_{step}")
 
-    def save_checkpoint(self) -> str:
-        """Engine shards, HF config (and weights per ``trainer.save_hf_checkpoint``), positions."""
+    def state_dict(self) -> dict[str, Any]:
+        """The loop's own state (``trainer_state.json``): the step and the sample strategy's
+        reader positions. The engines' shards are :meth:`save_checkpoint_files`'."""
+        return {
+            "global_step": self.global_step,
+            "sample_strategy": self.sample_strategy.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sample_strategy.load_state_dict(state.get("sample_strategy") or {})
+        self.global_step = int(state["global_step"])
+
+    def save_checkpoint_files(self, directory: str) -> None:
+        """The engines' part of step checkpoint ``directory``: the actor's (and critic's)
+        shards, and Hugging Face weights per ``trainer.save_hf_checkpoint: always``."""
         step = self.global_step
-        directory = self.step_dir(step)
         actor = os.path.join(directory, "actor")
         self.engine.save_checkpoint(actor, step=step)
         if self.critic is not None:
             self.critic.save_checkpoint(os.path.join(directory, "critic"), step=step)
-        state = {
-            "global_step": step,
-            "sample_strategy": _jsonable(self.sample_strategy.state_dict()),
-        }
-        Path(directory, STATE_FILE).write_text(json.dumps(state, indent=2))
         if self.config.trainer.save_hf_checkpoint == "always":
             self.engine.save_hf(os.path.join(actor, "huggingface"))
-        for hook in self.checkpoint_hooks:  # e.g. mode both's explorer state
-            hook(directory)
-        # last, and atomically: marks it complete (a kill while writing the marker must leave
-        # the previous one, not an empty file that reads as "no checkpoint")
-        from trinity.launcher.resume import atomic_write
 
-        atomic_write(os.path.join(self.job_dir, LATEST_FILE), str(step).encode())
-        self._prune()
-        return directory
-
-    def _prune(self) -> None:
-        keep = self.config.trainer.max_checkpoints_to_keep
-        if keep <= 0:
-            return
-        import shutil
-
-        steps = sorted(
-            int(m.group(1))
-            for p in os.listdir(self.job_dir)
-            if (m := _STEP_DIR.match(p)) and os.path.isdir(os.path.join(self.job_dir, p))
-        )
-        for step in steps[:-keep]:
-            shutil.rmtree(self.step_dir(step), ignore_errors=True)
-
-    def resume(self) -> Optional[int]:
-        """Continue from the last complete checkpoint of the run directory, if any."""
-        step = latest_checkpoint(self.job_dir) if self.job_dir else None
-        if step is None:
-            return None
-        directory = self.step_dir(step)
+    def load_checkpoint(self, directory: str) -> None:
+        """Load the engines' shards of step checkpoint ``directory``."""
         self.engine.load_checkpoint(os.path.join(directory, "actor"))
         if self.critic is not None:
             self.critic.load_checkpoint(os.path.join(directory, "critic"))
-        state = json.loads(Path(directory, STATE_FILE).read_text())
-        self.sample_strategy.load_state_dict(state.get("sample_strategy") or {})
-        self.global_step = int(state["global_step"])
-        logger.info("Resumed from %s (step %d)", directory, self.global_step)
-        return self.global_step
+
+    def _checkpointer(self) -> RunCheckpointer:
+        return RunCheckpointer(CheckpointSettings.from_config(self.config))
+
+    def save_checkpoint(self) -> str:
+        """A complete step checkpoint of this trainer alone (the run's checkpointer writes the
+        files, the "latest" marker last); returns its directory."""
+        return self._checkpointer().save(self)
+
+    def resume(self) -> Optional[int]:
+        """Continue from the last complete checkpoint of the run directory, if any."""
+        if not self.job_dir:
+            return None
+        return self._checkpointer().restore_trainer(self)
 
     def save_final_hf(self) -> Optional[str]:
         """The last step's HF weights (``trainer.save_hf_checkpoint``: last / always)."""
@@ -383,13 +356,3 @@ def _masked_summary(values: torch.Tensor, mask: torch.Tensor, prefix: str) -> di
         f"{prefix}/max": float(selected.max()),
         f"{prefix}/min": float(selected.min()),
     }
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)

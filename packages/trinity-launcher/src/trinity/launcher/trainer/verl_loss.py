@@ -5,12 +5,16 @@ This module owns :class:`TrinityLoss` (which policy / KL / entropy loss function
 :class:`_MicroBatchLoss`, the callback verl's engine calls on every micro-batch: it unpacks
 verl's packed log-probs back to ``[b, R]`` and scales each micro-batch's term by its share of
 the whole batch's aggregation denominator (:func:`_share`), so micro-batching does not change
-the gradient (see :mod:`trinity.launcher.trainer.verl_engine`).
+the gradient (see :mod:`trinity.launcher.trainer.verl_engine`). What such a callback does
+besides its loss is :class:`_MicroBatchCallback`, which the critic's value loss
+(:mod:`trinity.launcher.trainer.critic`) shares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -135,36 +139,73 @@ def _share(mask: Tensor, mode: str, num_tokens: float, num_seqs: float) -> float
     return float((mask.sum(dim=-1) > 0).sum().item()) / max(num_seqs, 1.0)
 
 
-class _MicroBatchLoss:
-    """The ``loss_function`` verl's engine calls per micro-batch (see the module docstring).
+class _MicroBatchCallback(ABC):
+    """What every ``loss_function`` verl's engine calls per micro-batch shares (the actor's
+    :class:`_MicroBatchLoss` and the critic's ``_MicroBatchValueLoss``).
 
-    ``__call__(model_output, data, dp_group)``: ``model_output["log_probs"]`` (and
-    ``["entropy"]``) are nested ``[b, j]`` over the packed sequences; ``data`` is the micro-batch
-    TensorDict. Returns the loss to backpropagate (already weighted by the micro-batch's share and
-    the data-parallel size) and metrics weighted by the share, so summing them over micro-batches
-    and ranks gives the whole batch's values.
+    ``__call__(model_output, data, dp_group)``: ``model_output`` holds nested ``[b, j]`` tensors
+    over the packed sequences (:meth:`padded` turns one into ``[b, R]``); ``data`` is the
+    micro-batch TensorDict, carrying the whole batch's denominators. It counts the call, hands
+    :meth:`micro_batch_loss` a ``share(mask, loss_agg_mode)`` function (:func:`_share` with the
+    batch's denominators), and scales the loss it returns by the data-parallel size: FSDP
+    averages gradients over ranks while the shares are already global.
     """
 
-    def __init__(self, loss: TrinityLoss, fields: list[str], dp_size: int) -> None:
-        self.loss = loss
-        self.fields = fields
+    def __init__(self, dp_size: int) -> None:
         self.dp_size = dp_size
-        #: micro-batches this callback has seen (the step's ``train/micro_batches``)
+        #: micro-batches this callback has seen (the step's ``*/micro_batches`` metric)
         self.calls = 0
 
     def __call__(
         self, model_output: Mapping[str, Tensor], data: Any, dp_group: Any = None
     ) -> tuple[Tensor, dict[str, float]]:
         from verl.utils import tensordict_utils as tu
-        from verl.workers.utils.padding import no_padding_2_padding
 
         self.calls += 1
+        share = functools.partial(
+            _share,
+            num_tokens=float(tu.get_non_tensor_data(data, _NUM_TOKENS, 0.0)),
+            num_seqs=float(tu.get_non_tensor_data(data, _NUM_SEQS, 0.0)),
+        )
+        loss, metrics = self.micro_batch_loss(model_output, data, share)
+        # FSDP averages gradients over data-parallel ranks; the shares are global, so undo it
+        return loss * self.dp_size, metrics
+
+    @abstractmethod
+    def micro_batch_loss(
+        self, model_output: Mapping[str, Tensor], data: Any, share: Callable[[Tensor, str], float]
+    ) -> tuple[Tensor, dict[str, float]]:
+        """This micro-batch's loss, already weighted by its share of the batch, and metrics
+        weighted by theirs (so sums over micro-batches and ranks are the whole batch's)."""
+
+    @staticmethod
+    def padded(model_output: Mapping[str, Tensor], key: str, data: Any) -> Tensor:
+        """``model_output[key]`` (nested ``[b, j]`` over the packed sequences) as ``[b, R]``."""
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        return no_padding_2_padding(model_output[key], data)
+
+
+class _MicroBatchLoss(_MicroBatchCallback):
+    """The actor's ``loss_function`` (see the module docstring and :class:`_MicroBatchCallback`).
+
+    Reads ``model_output["log_probs"]`` (and ``["entropy"]``) and the batch fields ``fields``;
+    the policy term is weighted by its share under the policy loss's aggregation, the KL and
+    entropy terms under ``TrinityLoss.loss_agg_mode``.
+    """
+
+    def __init__(self, loss: TrinityLoss, fields: list[str], dp_size: int) -> None:
+        super().__init__(dp_size)
+        self.loss = loss
+        self.fields = fields
+
+    def micro_batch_loss(
+        self, model_output: Mapping[str, Tensor], data: Any, share: Callable[[Tensor, str], float]
+    ) -> tuple[Tensor, dict[str, float]]:
         spec = self.loss
-        logprob = no_padding_2_padding(model_output["log_probs"], data)  # [b, R]
+        logprob = self.padded(model_output, "log_probs", data)  # [b, R]
         batch = {k: data[k] for k in self.fields}
         mask = batch["action_mask"]
-        num_tokens = float(tu.get_non_tensor_data(data, _NUM_TOKENS, 0.0))
-        num_seqs = float(tu.get_non_tensor_data(data, _NUM_SEQS, 0.0))
 
         metrics: dict[str, float] = {}
 
@@ -172,13 +213,13 @@ class _MicroBatchLoss:
             for key, value in values.items():
                 metrics[f"actor/{key}"] = metrics.get(f"actor/{key}", 0.0) + float(value) * weight
 
-        w_pg = _share(mask, spec.policy_loss_agg_mode, num_tokens, num_seqs)
+        w_pg = share(mask, spec.policy_loss_agg_mode)
         pg_loss, pg_metrics = spec.policy_loss_fn.compute(logprob, batch)
         add({**pg_metrics, "pg_loss": float(pg_loss.detach().item())}, w_pg)
         total = pg_loss * w_pg
         reported = float(pg_loss.detach().item()) * w_pg
 
-        w_aux = _share(mask, spec.loss_agg_mode, num_tokens, num_seqs)
+        w_aux = share(mask, spec.loss_agg_mode)
         if spec.uses_kl:
             kl_loss, kl_metrics = spec.kl_loss_fn.calculate_kl_loss(  # type: ignore[union-attr]
                 logprob=logprob,
@@ -192,7 +233,7 @@ class _MicroBatchLoss:
             add(kl_metrics, w_aux)
 
         if spec.needs_entropy:
-            entropy = no_padding_2_padding(model_output["entropy"], data)  # [b, R]
+            entropy = self.padded(model_output, "entropy", data)  # [b, R]
             extra = {k: batch[k] for k in ("expert_mask", "is_expert_mask") if k in batch}
             if spec.entropy_loss_fn is not None:
                 bonus, ent_metrics = spec.entropy_loss_fn(
@@ -207,5 +248,4 @@ class _MicroBatchLoss:
             add({"entropy": float(masked_mean(entropy.detach(), mask).item())}, w_aux)
 
         metrics["actor/loss"] = reported
-        # FSDP averages gradients over data-parallel ranks; the shares are global, so undo it
-        return total * self.dp_size, metrics
+        return total, metrics

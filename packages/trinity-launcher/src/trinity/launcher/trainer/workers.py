@@ -31,6 +31,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
+from trinity.common.config.modes import run_mode_spec
 from trinity.common.experience import Experiences
 from trinity.utils.log import get_logger
 
@@ -89,7 +90,8 @@ def trainer_layout(config: Any) -> dict[str, Any]:
     """``trainer_ranks`` (Ray worker ranks), ``trainer_device``, ``ranks_per_node`` of the run's
     trainer, as :func:`~trinity.launcher.placement.placement_session` takes them: no worker ranks
     (0) where its one rank runs in the driver process or the mode has no trainer."""
-    if config.mode not in ("both", "train"):
+    spec = run_mode_spec(config.mode)
+    if not spec.trains or spec.colocated:
         return {"trainer_ranks": 0}
     from trinity.launcher.trainer.verl_compat import default_device
 

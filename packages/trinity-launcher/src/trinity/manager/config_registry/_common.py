@@ -7,6 +7,8 @@ from typing import Any
 
 import streamlit as st
 
+from trinity.common.config import RunModeSpec, run_mode_spec
+
 
 def choices(options: Iterable[Any], key: str) -> list[Any]:
     """``options`` plus the key's current value when it is not among them.
@@ -20,6 +22,25 @@ def choices(options: Iterable[Any], key: str) -> list[Any]:
     if current is not None and current not in values:
         values.append(current)
     return values
+
+
+def run_mode() -> RunModeSpec:
+    """The run-mode table's row for the page's ``mode``: ask it what the run does (explores,
+    trains, ...), never compare the mode's name. A mode the table does not know (a YAML loaded
+    into the page may hold one; the schema check reports it) answers no to every question."""
+    mode = st.session_state.get("mode")
+    try:
+        return run_mode_spec(mode)
+    except ValueError:
+        return RunModeSpec(
+            str(mode),
+            explores=False,
+            trains=False,
+            needs_taskset=False,
+            colocated=False,
+            resumable=False,
+            saves=False,
+        )
 
 
 def registry_names(registry: Any) -> list[str]:

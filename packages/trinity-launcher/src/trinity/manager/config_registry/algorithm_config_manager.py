@@ -20,6 +20,7 @@ from trinity.manager.config_registry._common import (
     choices,
     literal_values,
     registry_names,
+    run_mode,
 )
 from trinity.manager.config_registry.config_registry import CONFIG_GENERATORS
 
@@ -69,7 +70,7 @@ def apply_algorithm_type_defaults() -> None:
         st.session_state[f"{field}_args"] = _dump_args(values[f"{field}_args"])
     if is_offline():
         st.session_state["mode"] = "train"
-    elif st.session_state["mode"] == "train":
+    elif run_mode().trains_on_dataset:  # a data set's mode, for an algorithm that explores
         st.session_state["mode"] = "both"
 
 

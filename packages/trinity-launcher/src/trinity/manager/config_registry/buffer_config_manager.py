@@ -12,18 +12,21 @@ from trinity.manager.config_registry._common import (
     choices,
     literal_values,
     registry_names,
+    run_mode,
 )
 from trinity.manager.config_registry.algorithm_config_manager import is_offline
 from trinity.manager.config_registry.config_registry import CONFIG_GENERATORS
 
 
 def explores() -> bool:
-    """Whether the run has an explorer (and so a task set)."""
-    return st.session_state["mode"] in ("both", "colocate", "explore", "bench") and not is_offline()
+    """Whether the run has an explorer that runs task sets (train task sets, or the eval task
+    sets of a mode that evaluates checkpoints)."""
+    mode = run_mode()
+    return (mode.explores or mode.evaluates_checkpoints) and not is_offline()
 
 
 def trains_online() -> bool:
-    return st.session_state["mode"] in ("both", "colocate", "train") and not is_offline()
+    return run_mode().trains and not is_offline()
 
 
 @CONFIG_GENERATORS.register_config(default_value=20, config_path="buffer.total_epochs")
@@ -49,7 +52,7 @@ def set_explore_batch_size(**kwargs):
 def _str_for_train_batch_size() -> str:
     trainer_gpu_num_str = (
         "`gpu_per_node * node_num`"
-        if st.session_state["mode"] == "train"
+        if not run_mode().uses_rollout_engines
         else "`gpu_per_node * node_num - engine_num * tensor_parallel_size`"
     )
     return (
@@ -182,7 +185,7 @@ def delete_eval_taskset(idx: int) -> None:
 
 @CONFIG_GENERATORS.register_config(
     other_configs={"_eval_tasksets_num": 0},
-    visible=lambda: st.session_state["mode"] in ("both", "colocate", "explore", "bench"),
+    visible=lambda: run_mode().uses_eval_tasksets,
 )
 def set_eval_tasksets(**kwargs):
     st.button("Add Eval Taskset", on_click=add_eval_taskset, key="_add_eval_taskset")

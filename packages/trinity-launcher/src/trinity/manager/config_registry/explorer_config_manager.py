@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from trinity.common.config._sections import DType, EngineType, SyncMethodName, SyncStyleName
-from trinity.manager.config_registry._common import choices, literal_values
+from trinity.manager.config_registry._common import choices, literal_values, run_mode
 from trinity.manager.config_registry.buffer_config_manager import explores
 from trinity.manager.config_registry.config_registry import CONFIG_GENERATORS
 from trinity.manager.config_registry.model_config_manager import set_trainer_gpu_num
@@ -150,7 +150,7 @@ def set_reasoning_parser(**kwargs):
 
 
 def _synchronizes() -> bool:
-    return st.session_state["mode"] in ("both", "colocate")
+    return run_mode().explores_and_trains
 
 
 @CONFIG_GENERATORS.register_config(

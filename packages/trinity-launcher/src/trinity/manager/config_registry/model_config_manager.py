@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from trinity.common.config import LogLevel, MonitorType, RunMode
-from trinity.manager.config_registry._common import choices, literal_values
+from trinity.manager.config_registry._common import choices, literal_values, run_mode
 from trinity.manager.config_registry.algorithm_config_manager import use_critic
 from trinity.manager.config_registry.config_registry import CONFIG_GENERATORS
 
@@ -22,7 +22,8 @@ def set_trainer_gpu_num() -> None:
     """GPUs left to the trainer: all of them in ``train`` mode (and in ``colocate``, where it
     takes turns with the engines on every GPU), else what the engines leave."""
     total = st.session_state["gpu_per_node"] * st.session_state["node_num"]
-    if st.session_state["mode"] in ("train", "colocate"):
+    mode = run_mode()
+    if not mode.uses_rollout_engines or mode.colocated:
         st.session_state["trainer_gpu_num"] = total
     else:
         rollout = st.session_state["engine_num"] * st.session_state["tensor_parallel_size"]

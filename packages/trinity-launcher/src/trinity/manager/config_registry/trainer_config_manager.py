@@ -5,13 +5,13 @@ from __future__ import annotations
 import streamlit as st
 
 from trinity.common.config._sections import SaveHFCheckpoint, TrainerStrategy
-from trinity.manager.config_registry._common import choices, literal_values
+from trinity.manager.config_registry._common import choices, literal_values, run_mode
 from trinity.manager.config_registry.algorithm_config_manager import use_critic
 from trinity.manager.config_registry.config_registry import CONFIG_GENERATORS
 
 
 def trains() -> bool:
-    return st.session_state["mode"] in ("both", "colocate", "train")
+    return run_mode().trains
 
 
 def _entry(key, default, visible=trains, path=None):

@@ -1,27 +1,22 @@
-"""``mode: train``: train from a data set or buffer with no explorer (SFT, DPO, off-policy RL).
+"""Building a run's trainer: its engines (policy, reference, critic; in this process or as
+Ray worker ranks), readers and loop object. The loop itself is the run layer's
+(:class:`trinity.launcher.run.coordinator.Coordinator`), the same in every mode that trains.
 
 One rank runs in this process (gloo on CPU / NCCL on one GPU); several ranks run as Ray
-workers (:mod:`trinity.launcher.trainer.workers`). The run resumes from the
-last complete checkpoint of its directory when ``continue_from_checkpoint`` is true (the
-default), so a killed run restarted with the same command continues where it stopped: step
-counter, optimizer and lr schedule, and the data set position.
+workers (:mod:`trinity.launcher.trainer.workers`).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Optional
 
-from trinity.buffer.buffer_reader import EndOfStream
 from trinity.common.config import Config
-from trinity.launcher.trainer.data import DatasetExperienceReader, EndOfData, build_trainer_readers
+from trinity.launcher.trainer.data import DatasetExperienceReader, build_trainer_readers
 from trinity.launcher.trainer.trainer import Trainer
 from trinity.launcher.trainer.workers import trainer_world_size
-from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -210,78 +205,4 @@ def _total_steps(config: Config, schema: str) -> Optional[int]:
     return None
 
 
-def run_train(config: Config, monitor: Any = None, progress: Any = None) -> dict[str, float]:
-    """Train until ``buffer.total_steps`` or the end of the data; return the last metrics.
-
-    With several trainer ranks (:func:`~trinity.launcher.trainer.workers.trainer_world_size`)
-    the engines run as Ray workers, in a Ray session started here unless one is running.
-    """
-    from trinity.launcher.modes import ray_session
-    from trinity.launcher.trainer.verl_compat import default_device
-
-    if trainer_world_size(config, default_device()) > 1:
-        from trinity.launcher.placement import placement_session
-        from trinity.launcher.trainer.workers import trainer_layout
-
-        layout = trainer_layout(config)
-        with ray_session(config), placement_session(config, **layout) as placement:
-            return _run_train(config, monitor, progress, placement)
-    return _run_train(config, monitor, progress)
-
-
-def _run_train(
-    config: Config, monitor: Any, progress: Any, placement: Any = None
-) -> dict[str, float]:
-    from trinity.launcher.monitor import create_monitor
-
-    trainer = build_trainer(config, placement)
-    try:
-        if config.continue_from_checkpoint:
-            step = trainer.resume()
-            if step and config.checkpoint_job_dir:
-                # the steps after the checkpoint run again: their old records go
-                from trinity.launcher.monitor import METRICS_FILE
-                from trinity.launcher.resume import truncate_metrics
-
-                path = os.path.join(config.checkpoint_job_dir, METRICS_FILE)
-                dropped = truncate_metrics(path, int(step))
-                if dropped:
-                    logger.info("Resumed at step %d: %d later records dropped", step, dropped)
-        monitor = monitor or create_monitor(config)
-        freeze_startup_heap()  # set up: full collections no longer walk the imports' objects
-        return _train_loop(config, trainer, monitor, progress)
-    finally:
-        trainer.close()
-
-
-def _train_loop(config: Config, trainer: Trainer, monitor: Any, progress: Any) -> dict[str, float]:
-    total = config.buffer.total_steps
-    interval = config.trainer.save_interval
-    metrics: dict[str, float] = {}
-    saved = trainer.global_step  # resumed runs have this step saved already
-    try:
-        while total is None or trainer.global_step < total:
-            start = time.perf_counter()
-            try:
-                exps, sample_metrics = trainer.sample()
-            except (EndOfData, EndOfStream, StopAsyncIteration):  # data used up
-                break
-            metrics = trainer.train_step(exps)
-            metrics.update(sample_metrics)
-            metrics["time/step"] = time.perf_counter() - start
-            monitor.log(metrics, trainer.global_step)
-            if progress is not None:
-                progress.step(trainer.global_step, metrics)
-            if interval and trainer.global_step % interval == 0:
-                trainer.save_checkpoint()
-                saved = trainer.global_step
-        if trainer.global_step > saved:  # the end of the run is always saved
-            trainer.save_checkpoint()
-        trainer.save_final_hf()
-    finally:
-        monitor.close()
-    logger.info("Training finished at step %d", trainer.global_step)
-    return metrics
-
-
-__all__ = ["DatasetExperienceReader", "build_trainer", "run_train"]
+__all__ = ["DatasetExperienceReader", "TrainEngines", "build_local_cpu_engines", "build_trainer"]

@@ -1,0 +1,80 @@
+"""The Ray a run uses: joined when one is running or named, else started for the run."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from trinity.common.config import Config
+from trinity.launcher.logs import worker_runtime_env
+from trinity.utils.log import get_logger
+
+__all__ = ["RAY_TMPDIR_ENV", "ray_init_kwargs", "ray_session"]
+
+logger = get_logger(__name__)
+
+#: Set it to choose Ray's session directory (``_temp_dir``) when a local Ray is started.
+RAY_TMPDIR_ENV = "TRINITY_RAY_TMPDIR"
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def ray_init_kwargs(config: Config) -> dict[str, Any]:
+    """Arguments of ``ray.init`` for ``config``.
+
+    ``cluster.ray_address`` other than ``auto`` joins that cluster; ``auto`` joins the cluster
+    in ``RAY_ADDRESS`` when set, else starts a local Ray with this machine's CPUs (its session
+    directory in ``TRINITY_RAY_TMPDIR`` when set, no idle workers prestarted). Every Ray
+    process gets the run's environment and log set-up
+    (:func:`trinity.launcher.logs.worker_runtime_env`); worker output is sent to the driver,
+    which writes it to the run's log file (the console with ``--verbose``).
+    """
+    kwargs: dict[str, Any] = {
+        "namespace": config.ray_namespace or None,
+        "runtime_env": worker_runtime_env(config),
+        "log_to_driver": True,
+    }
+    address = (config.cluster.ray_address or "auto").strip()
+    if address != "auto":
+        kwargs["address"] = address
+    elif os.environ.get("RAY_ADDRESS"):
+        kwargs["address"] = os.environ["RAY_ADDRESS"]
+    else:
+        kwargs["num_cpus"] = _cpu_count()
+        kwargs["include_dashboard"] = False
+        # Ray prestarts one idle worker per CPU for the first driver, with no runtime env; every
+        # Trinity actor runs with the job's runtime env, so none of them could be used, and their
+        # start-up took ~0.8 s of the two cores on the way to the first step (quickstart).
+        kwargs["_system_config"] = {"prestart_worker_first_driver": False}
+        tmp = os.environ.get(RAY_TMPDIR_ENV)
+        if tmp:
+            kwargs["_temp_dir"] = os.path.abspath(tmp)
+    return kwargs
+
+
+@contextlib.contextmanager
+def ray_session(config: Config) -> Iterator[None]:
+    """Ray for the duration of a run: started (and shut down) here unless the caller has
+    already initialised it (tests, notebooks), in which case it is used and left running."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    kwargs = ray_init_kwargs(config)
+    logger.info(
+        "Starting Ray (%s)",
+        f"joining {kwargs['address']}" if "address" in kwargs else f"{kwargs['num_cpus']} CPUs",
+    )
+    ray.init(**kwargs)
+    try:
+        yield
+    finally:
+        ray.shutdown()
