@@ -39,7 +39,12 @@ def _config_with(tmp_path: Path, snippet: str, **taskset_overrides) -> Path:
     if "default_workflow_type" in taskset_overrides:
         taskset.pop("default_workflow")  # the guide's spelling; give only one of the two
     taskset.update(taskset_overrides)
-    raw["model"] = {"model_path": "fake/trinity-model", "max_model_len": 256}
+    # a FakeModelWrapper answers: the model directory is a stand-in (a config.json), as
+    # validation refuses a model path that is not a local model directory
+    model = tmp_path / "fake-trinity-model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    raw["model"] = {"model_path": str(model), "max_model_len": 256}
     raw["checkpoint_root_dir"] = str(tmp_path / "ckpt")
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(raw))

@@ -160,6 +160,46 @@ def test_sql_reader_sees_rows_committed_after_it_started(tmp_path):
     assert same(reader.read(), exps)
 
 
+def _side_files(db) -> list[str]:
+    return sorted(p.name for p in db.parent.iterdir() if p.name != db.name)
+
+
+def test_sqlite_side_files_are_removed_on_a_clean_close(tmp_path):
+    db = tmp_path / "closed.db"
+    writer = get_buffer_writer(cfg("sql", str(db)))
+    reader = get_buffer_reader(cfg("sql", str(db)))
+    exps = make_exps(5)
+    writer.write(exps)
+    assert same(reader.read(), exps[:4])
+    assert _side_files(db) == ["closed.db-shm", "closed.db-wal"]  # WAL mode while open
+    writer.release()  # the reader still uses the shared engine: the files stay
+    assert _side_files(db) == ["closed.db-shm", "closed.db-wal"]
+    reader.close()  # the last storage of the file: WAL checkpointed, engine disposed
+    assert _side_files(db) == []
+    # everything is in the database file itself
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM exps").fetchone() == (5,)
+    # closing twice is harmless, and a closed storage opens the database again when used
+    reader.close()
+    writer.release()
+    writer.write(make_exps(1, start=5))
+    assert SQLStorage(cfg("sql", str(db))).count() == 6
+
+
+def test_sqlite_engines_left_open_are_closed_at_exit(tmp_path):
+    from trinity.buffer.storage import sql
+
+    db = tmp_path / "exit.db"
+    get_buffer_writer(cfg("sql", str(db))).write(make_exps(2))
+    reader = get_buffer_reader(cfg("sql", str(db)))  # never closed, as a trainer's reader
+    assert len(reader.read()) == 2 and _side_files(db) == ["exit.db-shm", "exit.db-wal"]
+    sql._close_all_engines()  # what the interpreter runs at exit (atexit)
+    assert _side_files(db) == []
+    assert len(SQLStorage(cfg("sql", str(db))).select_after(0, 10)) == 2  # opens again
+
+
 # ---- files ----------------------------------------------------------------------------
 
 

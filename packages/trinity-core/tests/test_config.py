@@ -64,13 +64,15 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 # Run-level checks refuse local input paths that do not exist: data sets here are this directory.
 DATA_DIR = str(Path(__file__).resolve().parent)
+# ... and so do they refuse a model that is not a local model directory: a config.json here.
+MODEL_DIR = str(Path(__file__).resolve().parent / "data" / "model")
 
 
 def runnable(**overrides: Any) -> dict[str, Any]:
     """A minimal config that passes the run-level checks in mode both."""
     data: dict[str, Any] = {
         "checkpoint_root_dir": "/tmp/ckpt",
-        "model": {"model_path": "/models/qwen", "max_model_len": 2048},
+        "model": {"model_path": MODEL_DIR, "max_model_len": 2048},
         "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": DATA_DIR}}},
     }
     return merge(data, overrides)

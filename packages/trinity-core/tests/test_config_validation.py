@@ -31,6 +31,7 @@ from trinity.common.config import (
 )
 
 HERE = str(Path(__file__).resolve().parent)  # an existing directory, used as a data set
+MODEL_DIR = str(Path(__file__).resolve().parent / "data" / "model")  # holds a config.json
 
 
 def error_of(source: Any, **kwargs: Any) -> ConfigError:
@@ -48,7 +49,7 @@ def issue_at(error: ConfigError, path: str):
 def runnable(**sections: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "checkpoint_root_dir": "/tmp/trinity-validation-test",
-        "model": {"model_path": "Qwen/Qwen2.5-0.5B", "max_model_len": 2048},
+        "model": {"model_path": MODEL_DIR, "max_model_len": 2048},
         "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": HERE}}},
     }
     for key, value in sections.items():
@@ -333,6 +334,212 @@ def test_the_checkpoint_directory_must_be_creatable(tmp_path: Path) -> None:
     issue = issue_at(error_of(data, check=True), "checkpoint_root_dir")
     assert "must be a directory" in issue.message and str(blocker) in issue.message
     load_config(runnable(checkpoint_root_dir=str(tmp_path / "new" / "ckpt")), check=True)
+
+
+@pytest.fixture
+def no_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No permission to download models and an empty Hugging Face cache (returned)."""
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    for var in ("TRINITY_ALLOW_HUB_MODELS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    return cache
+
+
+def _model_issue(data: dict[str, Any], path: str = "model.model_path"):
+    return issue_at(error_of(data, check=True), path)
+
+
+def test_a_model_path_must_be_a_local_model_directory(tmp_path: Path, no_hub: Path) -> None:
+    missing = tmp_path / "no-model"
+    issue = _model_issue(runnable(model={"model_path": str(missing), "max_model_len": 64}))
+    assert f"no directory {missing}" in issue.message and issue.value == str(missing)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    issue = _model_issue(runnable(model={"model_path": str(empty), "max_model_len": 64}))
+    assert "no config.json" in issue.message and "it is empty" in issue.message
+    (empty / "model.safetensors").write_text("x")
+    issue = _model_issue(runnable(model={"model_path": str(empty), "max_model_len": 64}))
+    assert "its files: model.safetensors" in issue.message
+    file = tmp_path / "weights.bin"
+    file.write_text("x")
+    issue = _model_issue(runnable(model={"model_path": str(file), "max_model_len": 64}))
+    assert "is a file" in issue.message
+    load_config(runnable(model={"model_path": MODEL_DIR, "max_model_len": 64}), check=True)
+    load_config(runnable(), check=False)  # the schema alone does not look at the disk
+
+
+def test_a_relative_model_path_resolves_against_the_current_directory(
+    tmp_path: Path, no_hub: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    for typo in ("./tiny-modl", "checkpoints/tiny-modl", "checkpoints/a/tiny-modl"):
+        issue = _model_issue(runnable(model={"model_path": typo, "max_model_len": 64}))
+        assert "does not exist" in issue.message, typo
+        assert str(tmp_path / typo.removeprefix("./")) in issue.message, typo
+        assert f"current directory, {tmp_path}" in issue.message
+    (tmp_path / "checkpoints" / "tiny").mkdir()
+    (tmp_path / "checkpoints" / "tiny" / "config.json").write_text("{}")
+    load_config(runnable(model={"model_path": "checkpoints/tiny", "max_model_len": 64}), check=True)
+
+
+def test_a_hub_id_is_refused_unless_cached_or_allowed(
+    no_hub: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = runnable(model={"model_path": "Qwen/Qwen2.5-0.5B", "max_model_len": 64})
+    issue = _model_issue(data)
+    for part in (
+        "'Qwen/Qwen2.5-0.5B' is not a local model directory",
+        f"Hugging Face cache ({no_hub})",
+        "no model hub is reachable from this machine",
+        "huggingface-cli download Qwen/Qwen2.5-0.5B",
+        "TRINITY_ALLOW_HUB_MODELS=1",
+    ):
+        assert part in issue.message, part
+    assert "HF_HUB_OFFLINE" not in issue.message
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "HF_HUB_OFFLINE is set" in _model_issue(data).message
+    # downloaded into the cache: accepted
+    snapshot = no_hub / "models--Qwen--Qwen2.5-0.5B" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    load_config(data, check=True)
+    # allowed to download: accepted
+    other = runnable(model={"model_path": "gpt2", "max_model_len": 64})
+    assert "'gpt2' is not a local model directory" in _model_issue(other).message
+    monkeypatch.setenv("TRINITY_ALLOW_HUB_MODELS", "1")
+    load_config(other, check=True)
+    # ... which does not make a local path with a typo a hub id
+    local = runnable(model={"model_path": "/no/such/model", "max_model_len": 64})
+    assert "does not exist" in _model_issue(local).message
+
+
+def test_only_models_the_run_loads_are_checked(tmp_path: Path, no_hub: Path) -> None:
+    missing = str(tmp_path / "missing")
+    # the critic, rollout and auxiliary models, where the run loads them
+    data = runnable(
+        model={"model_path": MODEL_DIR, "critic_model_path": missing, "max_model_len": 64}
+    )
+    assert missing in _model_issue(data, "model.critic_model_path").message
+    data = runnable(explorer={"rollout_model": {"model_path": missing}})
+    assert missing in _model_issue(data, "explorer.rollout_model.model_path").message
+    data = runnable(explorer={"auxiliary_models": [{"model_path": missing, "name": "judge"}]})
+    assert missing in _model_issue(data, "explorer.auxiliary_models[0].model_path").message
+    # a service serves the model: its path is a name, not a directory here
+    eval_sets = {"eval_tasksets": [{"path": HERE}]}
+    for data in (
+        runnable(
+            mode="explore",
+            model={"model_path": "my-served-model", "max_model_len": 64},
+            explorer={"rollout_model": {"engine_type": "external"}},
+        ),
+        runnable(
+            mode="bench",
+            model={
+                "model_path": "my-served-model",
+                "max_model_len": 64,
+                "external_model": {"enable": True, "model_name": "m"},
+            },
+            buffer={"batch_size": 4, "explorer_input": {"taskset": {"path": HERE}, **eval_sets}},
+        ),
+    ):
+        load_config(data, check=True)
+    # a trainer loads it whatever the engines are
+    data = runnable(
+        model={"model_path": missing, "max_model_len": 64},
+        explorer={"rollout_model": {"engine_type": "external"}},
+    )
+    assert "does not exist" in _model_issue(data).message
+
+
+def test_a_relative_task_set_resolves_as_the_loader_resolves_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "arithmetic").mkdir(parents=True)
+
+    def taskset(path: str) -> dict[str, Any]:
+        return runnable(buffer={"batch_size": 4, "explorer_input": {"taskset": {"path": path}}})
+
+    for typo in ("data/arithmetc", "data/arithmetic/trian.jsonl", "tasks.jsonl"):
+        issue = issue_at(error_of(taskset(typo), check=True), "buffer.explorer_input.taskset.path")
+        assert f"a local path: {tmp_path / typo}" in issue.message, typo
+        assert f"current directory, {tmp_path}" in issue.message
+    load_config(taskset("data/arithmetic"), check=True)
+    # what the loader would read from the hub is left to it
+    load_config(taskset("openai/gsm8k"), check=True)
+    load_config(taskset("gsm8k"), check=True)
+
+
+def test_a_path_problem_carries_its_file_and_line(tmp_path: Path, no_hub: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            checkpoint_root_dir: {tmp_path / "ckpt"}
+            model:
+              model_path: {tmp_path / "no-model"}
+              max_model_len: 64
+            buffer:
+              explorer_input:
+                taskset:
+                  path: ./no/such/set
+            """
+        ),
+        encoding="utf-8",
+    )
+    error = error_of(path, check=True)
+    assert issue_at(error, "model.model_path").line == 3
+    assert issue_at(error, "buffer.explorer_input.taskset.path").line == 8
+    assert f"{path}:3: model.model_path: the model does not exist" in str(error)
+
+
+# ------------------------------------------------------------------ command-line overrides
+
+
+def test_overrides_apply_to_the_file_before_validation(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "model:\n  model_path: /m\n  max_model_len: 64\nexplorer:\n  rollout_model:\n"
+        "    model_path: ${model.model_path}\nbuffer:\n  total_steps: 5\n",
+        encoding="utf-8",
+    )
+    config = load_config(
+        path,
+        overrides=[
+            "buffer.total_steps=3",
+            "model.model_path=/other",  # interpolations see the overridden value
+            "trainer.trainer_config.x=[1,2]",
+            "model.max_model_len=null",
+            "buffer.total_steps=4",  # later wins
+        ],
+    )
+    assert config.buffer.total_steps == 4
+    assert config.explorer.rollout_model.model_path == "/other"
+    assert config.trainer.trainer_config == {"x": [1, 2]}
+    assert config.model.max_model_len is None
+    # a mapping source takes them too
+    assert load_config({"buffer": {"total_steps": 5}}, overrides=["buffer.total_steps=2"])
+
+
+def test_a_bad_override_names_the_override_not_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("buffer:\n  total_steps: 5\n  batch_size: 0\n", encoding="utf-8")
+    error = error_of(
+        path,
+        overrides=["buffer.total_stepz=3", "buffer.total_steps=0", "buffer.explorer_input"],
+    )
+    unknown = issue_at(error, "buffer.total_stepz")
+    assert unknown.file == "override 'buffer.total_stepz=3'" and unknown.line is None
+    assert "did you mean 'total_steps'?" in unknown.message
+    steps = issue_at(error, "buffer.total_steps")  # in the file too: the override set it
+    assert steps.file == "override 'buffer.total_steps=0'" and steps.line is None
+    assert "not a KEY=VALUE override" in issue_at(error, "buffer.explorer_input").message
+    # the file's own problem keeps its line
+    assert issue_at(error, "buffer.batch_size").line == 3
+    assert "override 'buffer.total_stepz=3': buffer.total_stepz: unknown key" in str(error)
 
 
 # ------------------------------------------------------------------ all problems at once

@@ -19,6 +19,8 @@ from trinity.common.config._utils import _intent_dump, _set_derived
 
 PACKAGES = Path(__file__).resolve().parents[2]
 DATA_DIR = str(Path(__file__).resolve().parent)
+# a local "model": a directory holding config.json (run-level checks refuse a missing one)
+MODEL_DIR = str(Path(__file__).resolve().parent / "data" / "model")
 
 # Writes into ``__dict__`` are allowed only on objects that are not pydantic models. Each site
 # below was read: the class whose ``__dict__`` it writes is a plain class. (path under
@@ -204,7 +206,7 @@ def test_set_derived_stores_the_value_as_is() -> None:
 def test_check_and_update_updates_in_place_and_keeps_the_intent(tmp_path: Path) -> None:
     data = {
         "checkpoint_root_dir": str(tmp_path),
-        "model": {"model_path": "/models/qwen", "max_model_len": 2048},
+        "model": {"model_path": MODEL_DIR, "max_model_len": 2048},
         "buffer": {"batch_size": 4, "explorer_input": {"taskset": {"path": DATA_DIR}}},
     }
     config = load_config(data)

@@ -23,6 +23,8 @@ from trinity.common.config import (
 
 PACKAGES = Path(__file__).resolve().parents[2]
 DATA_DIR = str(Path(__file__).resolve().parent)  # an existing local "data set"
+# a local "model": a directory holding config.json (run-level checks refuse a missing one)
+MODEL_DIR = str(Path(__file__).resolve().parent / "data" / "model")
 
 # Files allowed to compare a mode with a mode's name: none (the run-mode table answers every
 # question a mode is asked). Never to grow.
@@ -61,7 +63,7 @@ def _runnable(mode: str, tmp_path: Path, **overrides: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "mode": mode,
         "checkpoint_root_dir": str(tmp_path / "ckpt"),
-        "model": {"model_path": "/models/qwen", "max_model_len": 2048},
+        "model": {"model_path": MODEL_DIR, "max_model_len": 2048},
         "buffer": {
             "batch_size": 4,
             "train_batch_size": 8,

@@ -79,6 +79,13 @@ def run_both(tmp_path, both_config, run_cli, arithmetic_tasks):
         lines = (run_dir / "metrics.jsonl").read_text().splitlines()
         return [json.loads(line) for line in lines], run_dir
 
+    def rerun(name: str) -> str:
+        """The same config again; its whole output."""
+        done = run_cli(tmp_path / f"{name}.yaml")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+        return done.stdout + done.stderr
+
+    run.rerun = rerun
     return run
 
 
@@ -109,6 +116,12 @@ def test_explorer_and_trainer_follow_the_sync_schedule(run_both, method, interva
     synced = [r["step"] for r in rows if "time/sync" in r]
     assert synced == [s for s in range(1, 5) if s % interval == 0]
     assert (run / "latest_checkpointed_iteration.txt").read_text() == "4"
+    if (method, interval, offset) == ("memory", 1, 0):
+        # the same command again: finished under the same settings, it starts nothing
+        again = run_both.rerun(f"{method}-{interval}-{offset}")
+        assert "Nothing left to do: this run already finished (mode both, step 4" in again
+        assert "Starting Ray" not in again
+        assert len((run / "metrics.jsonl").read_text().splitlines()) == 4
     if method == "checkpoint":  # the engines loaded the weights the trainer wrote
         for step in synced:
             hf = run / f"global_step_{step}" / "actor" / "huggingface"

@@ -2,49 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from stand_in_model import small_config, stand_in_model
 
 BIN = Path(sys.executable).parent
 QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart.yaml"
 
 
-def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, cwd=cwd, timeout=120)
+def _run(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
 
 
 @pytest.fixture
 def valid_config(tmp_path) -> Path:
-    data = tmp_path / "tasks.jsonl"
-    data.write_text('{"question": "1+1=", "answer": "2"}\n')
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(
-        textwrap.dedent(
-            f"""
-            project: p
-            name: n
-            checkpoint_root_dir: {tmp_path / "ckpt"}
-            algorithm:
-              algorithm_type: grpo
-              repeat_times: 4
-            model:
-              model_path: {tmp_path / "model"}
-              max_prompt_tokens: 16
-              max_response_tokens: 8
-            buffer:
-              batch_size: 2
-              explorer_input:
-                taskset:
-                  path: {data}
-                  default_workflow_type: math_workflow
-            """
-        )
-    )
-    return cfg
+    return small_config(tmp_path)  # validation refuses a model directory that does not exist
 
 
 def test_console_scripts_are_installed():
@@ -52,8 +30,16 @@ def test_console_scripts_are_installed():
 
 
 @pytest.mark.skipif(not QUICKSTART.exists(), reason="needs the repository checkout")
-def test_quickstart_config_validates_and_says_nothing_ran():
-    out = _run(str(BIN / "trinity-launch"), str(QUICKSTART), "--dry-run", cwd=QUICKSTART.parents[1])
+def test_quickstart_config_validates_and_says_nothing_ran(tmp_path):
+    # scripts/quickstart.sh builds the model before it launches; a stand-in here
+    env = dict(os.environ, TRINITY_QUICKSTART_MODEL=stand_in_model(tmp_path / "tiny-model"))
+    out = _run(
+        str(BIN / "trinity-launch"),
+        str(QUICKSTART),
+        "--dry-run",
+        cwd=QUICKSTART.parents[1],
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     assert "Config OK: mode=both" in out.stdout
     assert "algorithm: grpo (repeat_times=8)" in out.stdout
@@ -166,13 +152,17 @@ def test_plugin_workflows_count_as_known_names(valid_config, tmp_path):
     assert out.returncode == 0, out.stderr
 
 
-def test_modes_without_a_runner_yet_are_validated_only(valid_config):
+def test_modes_without_a_runner_yet_are_validated_then_refused(valid_config):
+    """A valid ``mode: serve`` config exits 2 (bad input), with or without --dry-run: a
+    script must not take "nothing was run" for success."""
     serve = valid_config.parent / "serve.yaml"
     serve.write_text("mode: serve\n" + valid_config.read_text())
-    out = _run(str(BIN / "trinity-launch"), str(serve))
-    assert out.returncode == 0, out.stderr
-    assert "mode 'serve' is not implemented yet" in out.stdout
-    assert "nothing was run" in out.stdout
+    for extra in ((), ("--dry-run",)):
+        out = _run(str(BIN / "trinity-launch"), str(serve), *extra)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "Config OK: mode=serve" in out.stdout  # validated first
+        assert "mode 'serve' is not implemented yet" in out.stderr
+        assert "nothing was run" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_explore_mode_refuses_bad_input_before_starting_anything(valid_config, tmp_path):

@@ -102,7 +102,9 @@ def test_one_gpu_or_no_cpu_suffices_and_call_logs_read_in_order():
 def test_dry_run_accepts_colocate_and_names_the_offset_it_refuses(tmp_path):
     config = yaml.safe_load(QUICKSTART.read_text())
     config["mode"] = "colocate"
-    config["model"]["model_path"] = str(tmp_path)  # --dry-run loads no model
+    # --dry-run loads no model: a stand-in directory (validation refuses one that is not a model)
+    (tmp_path / "config.json").write_text("{}")
+    config["model"]["model_path"] = str(tmp_path)
     path = tmp_path / "colocate.yaml"
 
     def dry_run() -> subprocess.CompletedProcess:

@@ -417,3 +417,24 @@ def test_a_run_needs_its_parts():
         Coordinator(RunSettings(), explorer=object(), trainer=object(), checkpointer=object())
     with pytest.raises(ValueError, match="checkpointer"):
         Coordinator(RunSettings(), trainer=object())
+
+
+def test_a_finished_run_knows_it_has_nothing_left_to_do(tmp_path):
+    """A run that ended normally records it; the same settings again find nothing to do, other
+    limits (more steps) or a newer checkpoint do."""
+    import dataclasses
+
+    run = build(tmp_path, save_interval=4)
+    run.go()
+    settings = dataclasses.replace(run.checkpointer.settings, limits={"buffer.total_steps": None})
+    checkpointer = RunCheckpointer(settings)
+    assert checkpointer.finished() is None  # not marked: it may have been killed
+    checkpointer.mark_finished()
+    record = RunCheckpointer(settings).finished()
+    assert record is not None and record["step"] == 8 and record["mode"] == "both"
+    more = dataclasses.replace(settings, limits={"buffer.total_steps": 12})
+    assert RunCheckpointer(more).finished() is None  # raised limits: work left
+    fresh = dataclasses.replace(settings, resume=False)
+    assert RunCheckpointer(fresh).finished() is None  # not resuming: not this run's business
+    (run.job / LATEST_FILE).write_text("4")  # the state moved (e.g. restored by hand)
+    assert RunCheckpointer(settings).finished() is None

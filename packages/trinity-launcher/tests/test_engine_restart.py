@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from stand_in_model import stand_in_model
 
 ray = pytest.importorskip("ray")
 
@@ -74,7 +75,12 @@ def fake_config(tmp_path: Path, **explorer):
         "name": "fake",
         "checkpoint_root_dir": str(tmp_path / "ckpt"),
         "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
-        "model": {"model_path": "fake-model", "max_prompt_tokens": 64, "max_response_tokens": 8},
+        # a FakeEngine stands in for the model: a stand-in directory (validation refuses none)
+        "model": {
+            "model_path": stand_in_model(tmp_path / "fake-model"),
+            "max_prompt_tokens": 64,
+            "max_response_tokens": 8,
+        },
         "buffer": {
             "batch_size": 4,
             "total_steps": 2,

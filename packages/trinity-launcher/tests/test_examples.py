@@ -8,8 +8,11 @@ what it is meant to run, and reads data that is in the repository.
 * Examples are collected from the directory, so a new example that does not validate fails
   here; one that is not described in ``EXPECTED`` fails too (say what it is meant to run).
 * The GPU examples name a hub model (``Qwen/Qwen2.5-1.5B-Instruct``) that is not on this
-  machine; validation must not need it (the subprocesses run with the hub offline and an
-  empty Hugging Face cache).
+  machine. Validation refuses a hub id that is neither a local directory nor in the Hugging
+  Face cache unless ``TRINITY_ALLOW_HUB_MODELS=1`` says the run may download it (a GPU user
+  downloads the model first, or sets it); here it is set, and validation must then not need
+  the model (the subprocesses run with the hub offline and an empty Hugging Face cache).
+  Without it, the same dry run is refused, naming the field and its line.
 * Every data file an example reads lies in the repository and is read here by the reader its
   run uses (task-set reader, SFT / DPO formatter with a tokenizer), with the keys its
   ``format`` names; GSM8K-style answers ("#### N") score 1 with their workflow's reward.
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from stand_in_model import stand_in_model
 
 from trinity.algorithm import resolve_algorithm
 from trinity.common.config import Config, ConfigError, StorageConfig, load_config
@@ -35,6 +39,8 @@ EXAMPLES = REPO / "examples"
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
 BIN = Path(sys.executable).parent
 HUB_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
+#: lets validation accept a hub id that is not on this machine (the run would download it)
+ALLOW_HUB_MODELS = "TRINITY_ALLOW_HUB_MODELS"
 # Environment variables the examples interpolate; unset so the files' own defaults count.
 EXAMPLE_ENV_VARS = (
     "TRINITY_MODEL_PATH",
@@ -79,10 +85,13 @@ class Validated:
 
 
 @pytest.fixture(scope="module")
-def validated() -> Callable[[str], Validated]:
+def validated(tmp_path_factory) -> Callable[[str], Validated]:
     """``validated("grpo_gsm8k")``: the example validated once per module, from the repository
-    root (its paths are relative to it) with the interpolated variables unset."""
+    root (its paths are relative to it) with the interpolated variables unset -- but for the
+    quickstart's model, which scripts/quickstart.sh builds before it launches (a stand-in
+    here) -- and hub models allowed (the GPU examples' model is not on this machine)."""
     cache: dict[str, Validated] = {}
+    stand_in = stand_in_model(tmp_path_factory.mktemp("quickstart") / "tiny-model")
 
     def get(stem: str) -> Validated:
         if stem not in cache:
@@ -90,6 +99,8 @@ def validated() -> Callable[[str], Validated]:
                 mp.chdir(REPO)
                 for var in EXAMPLE_ENV_VARS:
                     mp.delenv(var, raising=False)
+                mp.setenv("TRINITY_QUICKSTART_MODEL", stand_in)
+                mp.setenv(ALLOW_HUB_MODELS, "1")
                 cache[stem] = Validated(EXAMPLES / f"{stem}.yaml")
         return cache[stem]
 
@@ -413,15 +424,20 @@ def test_example_training_data_formats_with_a_chat_template(stem, validated, mod
 # ---------------------------------------------------------------- the command line
 
 
-def _offline_env(hf_home: Path) -> dict[str, str]:
-    """No hub and an empty Hugging Face cache: validating must not need the model."""
-    env = {k: v for k, v in os.environ.items() if k not in EXAMPLE_ENV_VARS}
+def _offline_env(hf_home: Path, allow_hub_models: bool = True) -> dict[str, str]:
+    """No hub and an empty Hugging Face cache: validating must not need the model (once
+    ``TRINITY_ALLOW_HUB_MODELS=1`` says the run may download it)."""
+    env = {k: v for k, v in os.environ.items() if k not in EXAMPLE_ENV_VARS + (ALLOW_HUB_MODELS,)}
+    env.pop("HF_HUB_CACHE", None)
+    env.pop("HUGGINGFACE_HUB_CACHE", None)
     env.update(
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         HF_HOME=str(hf_home),
         OMP_NUM_THREADS="1",
     )
+    if allow_hub_models:
+        env[ALLOW_HUB_MODELS] = "1"
     return env
 
 
@@ -465,6 +481,45 @@ def test_trinity_launch_dry_run_accepts_the_example_offline(stem, expected_lines
         assert line in done.stdout, done.stdout
     warnings = [ln for ln in done.stdout.splitlines() if ln.strip().startswith("warning:")]
     assert all(CPU_NCCL_FALLBACK in w for w in warnings), warnings
+
+
+def test_a_hub_model_not_on_this_machine_is_refused_before_anything_starts(tmp_path):
+    """Without TRINITY_ALLOW_HUB_MODELS, a GPU example on a machine that lacks its model is
+    refused by the dry run (exit 2), naming the field, its line and what to do -- not ~30 s
+    into the run, inside Hugging Face."""
+    hf_home = tmp_path / "hf-home"
+    hf_home.mkdir()
+    done = subprocess.run(
+        [str(BIN / "trinity-launch"), "examples/grpo_gsm8k.yaml", "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_offline_env(hf_home, allow_hub_models=False),
+        timeout=180,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = next(
+        i
+        for i, text in enumerate((EXAMPLES / "grpo_gsm8k.yaml").read_text().splitlines(), 1)
+        if text.strip().startswith("model_path:")
+    )
+    assert f"examples/grpo_gsm8k.yaml:{line}: model.model_path" in done.stderr, done.stderr
+    assert f"{HUB_MODEL!r} is not a local model directory" in done.stderr
+    assert "HF_HUB_OFFLINE is set" in done.stderr
+    assert f"huggingface-cli download {HUB_MODEL}" in done.stderr
+    assert ALLOW_HUB_MODELS in done.stderr and "Traceback" not in done.stderr
+    # once downloaded (the Hugging Face cache holds it), the same dry run passes
+    snapshot = hf_home / "hub" / f"models--{HUB_MODEL.replace('/', '--')}" / "snapshots" / "abc"
+    stand_in_model(snapshot)
+    done = subprocess.run(
+        [str(BIN / "trinity-launch"), "examples/grpo_gsm8k.yaml", "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_offline_env(hf_home, allow_hub_models=False),
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_an_example_that_does_not_validate_fails(tmp_path, monkeypatch):

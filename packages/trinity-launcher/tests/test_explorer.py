@@ -81,6 +81,10 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
 
 
 def write_config(tmp_path: Path, mode: str = "explore", **over) -> Path:
+    # FakeEngines stand in for the engines: the model directory is a stand-in too (validation
+    # refuses one that does not exist)
+    (tmp_path / "no-model-needed").mkdir(exist_ok=True)
+    (tmp_path / "no-model-needed" / "config.json").write_text("{}")
     train = write_jsonl(
         tmp_path / "train.jsonl",
         [{"prompt": f"q{i}", "rewards": [i % 2, 1.0]} for i in range(over.get("rows", 7))],
@@ -234,18 +238,22 @@ def test_jsonl_monitor_and_plain_progress_lines(tmp_path):
         "bad": None,
     }
     out = io.StringIO()  # not a terminal: one plain line per step
-    progress = ProgressReporter(total_steps=5, stream=out)
+    now = [100.0]
+    progress = ProgressReporter(total_steps=5, stream=out, clock=lambda: now[0])
+    progress.start(completed=1)  # resumed after step 1: the ETA counts the steps of this run
     metrics = {
         "rollout/tasks": 8,
         "rollout/response_tokens": 400,
         "time/explore_step": 2.0,
         "rollout/reward/mean": 0.25,
     }
+    now[0] += 72.0
     progress.step(2, metrics)
     progress.close()
+    # 72 s for 1 step, 3 steps to go
     assert out.getvalue() == (
         "explore step 2/5: 8 tasks (4.00 tasks/s), 400 tokens (200.0 tokens/s), 2.00 s, "
-        "reward 0.2500\n"
+        "reward 0.2500, elapsed 1m12s, ETA 3m36s\n"
     )
 
 
@@ -313,6 +321,11 @@ def test_explore_mode_from_yaml_writes_every_experience_to_sql(tmp_path, engine,
     step1 = lines[1]
     # rewards of rows 0-2, runs 0 and 1: [0, 1], [1, 1], [0, 1]
     assert step1["rollout/reward/mean"] == pytest.approx(4 / 6)
+    # the learning-signal metrics are wired in: one of the 3 groups has identical rewards
+    assert step1["rollout/identical_reward_groups"] == pytest.approx(1 / 3)
+    assert step1["rollout/reward_groups"] == 3 and step1["rollout/all_identical_reward_steps"] == 0
+    assert 0 <= step1["rollout/response_length/clip_ratio"] <= 1
+    assert "rollout/all_clipped_steps" in step1
     assert step1["time/explore_step"] > 0 and step1["rollout/response_tokens"] > 0
     assert step1["experience_pipeline/experience_count"] == 6
     printed = out.getvalue().splitlines()

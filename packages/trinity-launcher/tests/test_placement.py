@@ -241,7 +241,9 @@ def test_cli_refuses_a_config_the_cluster_cannot_hold(tmp_path):
     cfg.update(checkpoint_root_dir=str(tmp_path / "ckpt"))
     cfg["cluster"] = {"node_num": 2, "gpu_per_node": 8}
     cfg["explorer"]["rollout_model"]["engine_num"] = 8
-    cfg["model"]["model_path"] = str(tmp_path / "no-model-needed")
+    cfg["model"]["model_path"] = str(tmp_path / "no-model-needed")  # refused before it loads
+    (tmp_path / "no-model-needed").mkdir()  # a stand-in: validation refuses a missing one
+    (tmp_path / "no-model-needed" / "config.json").write_text("{}")
     for ts in [cfg["buffer"]["explorer_input"]["taskset"]]:
         ts["path"] = str(ROOT / "examples" / "data" / "arithmetic")
     cfg["buffer"]["explorer_input"].pop("eval_tasksets")

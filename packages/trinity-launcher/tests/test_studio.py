@@ -29,6 +29,15 @@ REPO = Path(__file__).resolve().parents[3]
 ARITHMETIC = str(REPO / "examples" / "data" / "arithmetic")
 
 
+@pytest.fixture(autouse=True)
+def _model_dir(tmp_path):
+    """``tmp_path / "model"``, the model path the tests type: a stand-in model directory
+    (validation refuses one that does not exist; nothing here loads it)."""
+    from stand_in_model import stand_in_model
+
+    stand_in_model(tmp_path / "model")
+
+
 def new_app() -> AppTest:
     at = AppTest.from_file(APP_PATH, default_timeout=60)
     at.run()
@@ -95,7 +104,13 @@ def test_beginner_mode_renders_sections_and_blocks_generation(tmp_path):
     at = new_app()
     headers = [h.value for h in at.header]
     assert headers[:2] == ["Essential Configs", "Important Configs"]
-    # nothing filled in: the launcher's checks say what is missing, under each field
+    # a fresh page: the required fields are empty, and nothing is red yet
+    assert errors(at) == [] and [w.value for w in at.warning] == []
+    assert not at.button(key="_generate_config").disabled
+    # asking for the config: the launcher's checks say what is missing, under each field
+    at.button(key="_generate_config").click().run()
+    assert not at.exception, at.exception
+    assert not at.session_state["config_generated"]
     assert any("model path is required" in e for e in errors_in(column_of(at, "model_path")))
     assert any("task set's path" in e for e in errors_in(column_of(at, "taskset_path")))
     assert any(
@@ -108,6 +123,17 @@ def test_beginner_mode_renders_sections_and_blocks_generation(tmp_path):
     fill_essentials(at, tmp_path)
     assert errors(at) == []
     assert not at.button(key="_generate_config").disabled
+
+
+def test_a_problem_shows_once_its_field_is_edited(tmp_path):
+    at = new_app()
+    at.text_input(key="model_path").input(str(tmp_path / "model")).run()
+    assert errors(at) == []  # the other required fields are still untouched: no errors
+    at.text_input(key="model_path").input("").run()  # cleared again: edited, so it shows
+    assert any("model path is required" in e for e in errors_in(column_of(at, "model_path")))
+    assert errors_in(column_of(at, "taskset_path")) == []  # never edited
+    assert at.button(key="_generate_config").disabled
+    assert [w.value for w in at.warning] == ["Fix the 1 problem(s) shown above first."]
 
 
 def test_expert_mode_renders_the_guide_tabs():
@@ -454,7 +480,7 @@ def test_pasted_yaml_loads_into_the_page(tmp_path):
     text = yaml.safe_dump(
         {
             "mode": "explore",
-            "model": {"model_path": "/models/x", "max_model_len": 64},
+            "model": {"model_path": str(tmp_path / "model"), "max_model_len": 64},
             "algorithm": {"algorithm_type": "grpo", "repeat_times": 4},
             "buffer": {"batch_size": 3, "explorer_input": {"taskset": {"path": ARITHMETIC}}},
             "checkpoint_root_dir": str(tmp_path),
@@ -465,7 +491,7 @@ def test_pasted_yaml_loads_into_the_page(tmp_path):
     at.button(key="_load_pasted").click().run()
     assert not at.exception, at.exception
     assert at.session_state["mode"] == "explore"
-    assert at.session_state["model_path"] == "/models/x"
+    assert at.session_state["model_path"] == str(tmp_path / "model")
     assert at.session_state["explore_batch_size"] == 3
     assert at.session_state["repeat_times"] == 4
     config = yaml.safe_load(generate(at))

@@ -1,5 +1,6 @@
 """Trinity Studio in a real browser: ``trinity studio`` serves the page, headless Chromium
-(Debian's ``chromium`` + ``chromium-driver``, driven by selenium) fills the essential fields,
+(Debian's ``chromium`` + ``chromium-driver``, driven by selenium) opens it (no error before
+anything is typed; Generate Config then shows what is missing), fills the essential fields,
 generates the config and downloads it; the downloaded YAML passes the launcher's own checks.
 
 Skips (saying why) where Chromium, its driver, selenium or Streamlit is missing;
@@ -326,6 +327,7 @@ def test_studio_generates_and_downloads_a_valid_config(browser, download_dir, st
     checkpoint_root = tmp_path / "checkpoints"
     model_path = tmp_path / "model"
     model_path.mkdir()
+    (model_path / "config.json").write_text("{}")  # a stand-in model directory: nothing loads it
     typed = {
         "checkpoint_root_dir": str(checkpoint_root),
         "model_path": str(model_path),
@@ -336,7 +338,15 @@ def test_studio_generates_and_downloads_a_valid_config(browser, download_dir, st
     wait = _wait(driver)
     try:
         driver.get(studio_url)
-        # a fresh page: the essential fields are empty, so errors block the Generate button
+        # a fresh page: the essential fields are empty, yet nothing is red before any edit
+        button = wait.until(
+            lambda d: _script_idle(d) and _generate_button(d),
+            message="no Generate Config button on the page",
+        )
+        assert _error_texts(driver) == [], "a fresh page shows errors before anything is typed"
+        assert button.is_enabled(), "Generate Config is disabled on a fresh page"
+        # asking for the config shows what is missing, under the fields, and blocks the button
+        _click(driver, "_generate_config")
         shown = wait.until(
             lambda d: (
                 _script_idle(d)
@@ -346,7 +356,7 @@ def test_studio_generates_and_downloads_a_valid_config(browser, download_dir, st
                     if e.is_displayed() and "a model path is required" in e.text
                 ]
             ),
-            message="the empty page shows no 'a model path is required' error",
+            message="Generate Config on the empty page shows no 'a model path is required' error",
         )
         assert shown
         button = wait.until(_generate_button, message="no Generate Config button on the page")

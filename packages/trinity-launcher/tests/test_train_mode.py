@@ -143,9 +143,11 @@ def test_sft_trains_checkpoints_and_exports(tmp_path, model_path):
     assert set(final) >= {"model.embed_tokens.weight"}
     assert list((run / "monitor" / "tensorboard").iterdir())
 
-    # the same command again: resumes at step 10, the data is used up, nothing is trained
+    # the same command again: the run finished under these settings, so it says there is
+    # nothing left to do and starts nothing (no verl, no Ray), trains nothing
     again = run_to_end(config)
-    assert "Resumed from" in again and "train step" not in again
+    assert "Nothing left to do: this run already finished (mode train, step 10" in again
+    assert "train step" not in again and "Resumed from" not in again
     assert len(metrics(run)) == 10
 
 

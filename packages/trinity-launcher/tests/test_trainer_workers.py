@@ -206,6 +206,8 @@ def test_mode_both_with_two_trainer_ranks(tmp_path, both_config, run_cli, arithm
 
 
 def test_a_bad_rank_count_is_a_located_config_error(tmp_path):
+    from stand_in_model import stand_in_model
+
     from trinity.common.config import ConfigError
     from trinity.launcher.validation import validate_config
 
@@ -213,7 +215,7 @@ def test_a_bad_rank_count_is_a_located_config_error(tmp_path):
         "mode": "train",
         "checkpoint_root_dir": str(tmp_path / "ckpt"),
         "algorithm": {"algorithm_type": "sft"},
-        "model": {"model_path": str(tmp_path), "max_model_len": 64},
+        "model": {"model_path": stand_in_model(tmp_path / "model"), "max_model_len": 64},
         "buffer": {
             "batch_size": 2,
             "train_batch_size": 2,

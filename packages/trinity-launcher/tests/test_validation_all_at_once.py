@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from stand_in_model import stand_in_model
 
 from trinity.common.config import ConfigError
 from trinity.launcher.validation import validate_config
@@ -36,7 +37,7 @@ def base(tmp_path: Path, **extra: object) -> dict:
         "checkpoint_root_dir": str(tmp_path / "ckpt"),
         "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
         "model": {
-            "model_path": "Qwen/Qwen2.5-0.5B",
+            "model_path": stand_in_model(tmp_path / "model"),
             "max_prompt_tokens": 16,
             "max_response_tokens": 8,
         },
@@ -150,7 +151,7 @@ def test_experience_operator_names_and_arguments_are_checked(tmp_path: Path, at_
 HEAVY = ("ray", "vllm", "verl", "transformers", "sglang", "tinker")
 
 
-def test_dry_run_starts_no_ray_and_loads_no_model(at_repo: None) -> None:
+def test_dry_run_starts_no_ray_and_loads_no_model(at_repo: None, tmp_path: Path) -> None:
     """Structural, not timed: after ``trinity-launch X --dry-run`` in a fresh interpreter, none
     of Ray, the engines or transformers has been imported (so no cluster, no model)."""
     code = textwrap.dedent(
@@ -162,6 +163,8 @@ def test_dry_run_starts_no_ray_and_loads_no_model(at_repo: None) -> None:
         """
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRINITY_")}
+    # scripts/quickstart.sh builds the model before it launches; a stand-in here
+    env["TRINITY_QUICKSTART_MODEL"] = stand_in_model(tmp_path / "tiny-model")
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
     )

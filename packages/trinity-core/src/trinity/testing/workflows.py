@@ -53,10 +53,18 @@ class WorkflowContract(ComponentContract):
 
     * ``task_args``: keyword arguments of the :class:`~trinity.common.workflows.Task` the rules
       run (``raw_task``, ``workflow_args``, ``reward_fn``, ``format_args``, ``rollout_args`` ...;
-      ``workflow`` is the component).
+      ``workflow`` is the component). The task is built as a run builds it, so ``format_args``
+      defaults to :class:`~trinity.common.config.FormatConfig`'s defaults (Trinity-RFT's:
+      ``prompt_key="prompt"``, ``response_key="response"``); a workflow that reads the row
+      through ``task.task_desc`` / ``task.truth`` needs the ``format_args`` its YAML gives
+      (the examples' ``{"prompt_key": "question", "response_key": "answer"}``).
     * ``other_task_args``: a second task for the ``reset`` rule (default: ``task_args``).
     * ``responses``: what the fake model answers (a string, a list used in order, or
-      ``fn(messages_or_prompt, sample_index) -> str``); ``None`` gives a default reply.
+      ``fn(messages_or_prompt, sample_index) -> str``); ``None`` gives a default reply. A list
+      is one script for the model and the clones concurrent runs get: the n-th call gets the
+      n-th reply, so runs that call the model once get the same replies sequentially and
+      concurrently. Runs that call it several times interleave their calls when concurrent:
+      answer from the messages (a callable) for those (the ``concurrent-parity`` rule says so).
     * ``model_args``: other :class:`FakeModelWrapper` options (``max_tokens`` ...).
     * ``repeat_times``: runs per task in the rules (default 2).
     * ``model_factory``: ``fn() -> ModelWrapper`` to run on a real engine instead of the fake
@@ -179,12 +187,45 @@ class WorkflowContract(ComponentContract):
 
     @rule("concurrent-parity", "concurrent runs give what sequential runs give")
     def test_concurrent_mode(self) -> None:
-        sequential = self.run(concurrent_mode="sequential")
+        model, task = self.model(), self.task()
+        self.seeded()
+        sequential = run_task(task, model, self.auxiliary(), concurrent_mode="sequential")
+        self._check_script_order_free(model, task.repeat_times or 1)
         concurrent = self.run(concurrent_mode="asynchronous")
-        # which run gets which scripted reply may differ when runs race for the model: compare
-        # the experiences without their run ids (the 'run-ids' rule checks those)
+        # a scripted list answers calls in order, whichever run (clone of the model) makes
+        # them; concurrent runs start in run order, but a synchronous run() goes to a worker
+        # thread, where two runs may reach the model in either order: compare the experiences
+        # without their run ids (the 'run-ids' rule checks those)
         assert _summary(sequential, runs=False) == _summary(concurrent, runs=False), (
             "explorer.concurrent_mode 'asynchronous' changed the experiences"
+        )
+
+    def _check_script_order_free(self, model: ModelWrapper, runs: int) -> None:
+        """Refuse, saying why, a scripted list the rule cannot check with: runs that call the
+        model several times each interleave their calls when concurrent, so a list answered in
+        call order cannot give them what sequential runs get (the failure would be the
+        script's, not the workflow's, and with a sync run() it would depend on threads)."""
+        if not isinstance(model, FakeModelWrapper) or runs < 2:
+            return
+        spec = model.responses
+        if spec is None or isinstance(spec, str) or callable(spec) or len(set(spec)) < 2:
+            return
+        if self.build().repeatable:  # all runs in one call: concurrent_mode does not apply
+            return
+        calls = sum(
+            len(call.prompts or []) if call.kind == "generate" else 1
+            for call in model.calls
+            if call.kind in ("chat", "generate", "openai.chat.completions")
+        )
+        if calls <= runs:
+            return
+        raise AssertionError(
+            f"cannot check with this script: the {runs} runs called the model "
+            f"{calls} times, and `responses` is a list, answered in call order (the n-th call "
+            "gets the n-th reply, whichever run makes it); concurrent runs interleave their "
+            "calls, so they cannot get the replies sequential runs get. Script `responses` as "
+            "fn(messages, sample_index) -> str answering from the conversation, or exempt the "
+            "rule: skip_rules = {'concurrent-parity': 'why'}"
         )
 
     @rule("reset", "a reset instance gives what a fresh instance gives")

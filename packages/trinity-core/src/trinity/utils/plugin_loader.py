@@ -17,6 +17,18 @@ registers a name a built-in uses (the guides' ``"opmd"``, ``"reward_filter"``) r
 built-in in every process that loads the directory, whatever the order of imports. Plain module
 names keep that true; a plugin directory may therefore not hold modules in the ``trinity``
 namespace (other than ``trinity.plugins``), which would pass for built-ins.
+
+Test files are not plugins: a file named ``test_*.py``, ``*_test.py`` or ``conftest.py``, at
+any depth of a plugin directory (or of ``trinity.plugins``), is skipped, so the contract tests
+a plugin author keeps beside the plugin (``my_plugins/test_my_workflow.py``) are never imported
+by a run -- importing them would import pytest, run ``conftest.py`` fixtures' module code, or
+fail outside a test session. Modules whose names are not identifiers, and hidden and
+``__pycache__`` folders, are skipped too. A plugin module that imports a test module itself
+still gets it (that is an ordinary import).
+
+:func:`loaded_plugin_dirs` lists the directories loaded in this process; the registries' "unknown
+name" message shows it (:class:`trinity.utils.registry.UnknownModuleError`), so a plugin name
+used without ``--plugin-dir`` says what to pass.
 """
 
 from __future__ import annotations
@@ -31,13 +43,21 @@ from pathlib import Path
 
 from trinity.utils.log import get_logger
 
-__all__ = ["PLUGIN_DIRS_ENV", "PluginLoadError", "get_plugin_dirs", "load_plugins"]
+__all__ = [
+    "PLUGIN_DIRS_ENV",
+    "PluginLoadError",
+    "get_plugin_dirs",
+    "is_test_file",
+    "load_plugins",
+    "loaded_plugin_dirs",
+]
 
 PLUGIN_DIRS_ENV = "TRINITY_PLUGIN_DIRS"
 
 logger = get_logger(__name__)
 
 _loaded_files: dict[str, str] = {}  # absolute file path -> module name
+_loaded_dirs: list[Path] = []  # plugin directories load_plugins imported, in order
 
 
 class PluginLoadError(ImportError):
@@ -72,12 +92,31 @@ def get_plugin_dirs(
     return dirs
 
 
+def is_test_file(name: str) -> bool:
+    """Whether a file name is a test file the plugin loader skips: ``test_*.py``,
+    ``*_test.py`` or ``conftest.py`` (pytest's default patterns)."""
+    return name == "conftest.py" or (
+        name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+    )
+
+
+def loaded_plugin_dirs() -> list[Path]:
+    """The plugin directories :func:`load_plugins` imported in this process, in order."""
+    return list(_loaded_dirs)
+
+
 def _module_files(root: Path) -> list[tuple[str, Path]]:
-    """(dotted module name, file) for every importable module under ``root``, sorted."""
+    """(dotted module name, file) for every importable module under ``root``, sorted.
+
+    Test files (:func:`is_test_file`) are left out.
+    """
     found: list[tuple[str, Path]] = []
     for file in sorted(root.rglob("*.py")):
         rel = file.relative_to(root)
         if any(part.startswith((".", "__pycache__")) for part in rel.parts):
+            continue
+        if is_test_file(file.name):
+            logger.debug("Skipping test file %s of plugin directory %s", rel, root)
             continue
         parts = list(rel.with_suffix("").parts)
         if parts[-1] == "__init__":
@@ -117,7 +156,8 @@ def load_plugins(
 ) -> list[str]:
     """Import every module under the plugin directories; return the module names loaded.
 
-    Safe to call several times: a module is imported once per process.
+    Test files (``test_*.py``, ``*_test.py``, ``conftest.py``) are skipped. Safe to call
+    several times: a module is imported once per process.
 
     Raises:
         PluginLoadError: a directory is missing, a module name clashes with an imported module,
@@ -139,6 +179,8 @@ def load_plugins(
                 )
             _import(name, file)
             loaded.append(name)
+        if root not in _loaded_dirs:
+            _loaded_dirs.append(root)
     if dirs:
         env_dirs = [p for p in os.environ.get(PLUGIN_DIRS_ENV, "").split(os.pathsep) if p]
         for root in dirs:

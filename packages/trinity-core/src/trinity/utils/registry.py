@@ -36,12 +36,15 @@ Refused with :class:`DuplicateModuleError` (silent shadowing within one tier is 
 only find after a training run): two user registrations of one name with different classes,
 two built-ins of one name (two installed packages advertising it). The same class registered
 again (a module imported twice, or re-created by ``importlib.reload``) is a no-op. An unknown
-name raises an error listing the known names and the closest match.
+name raises an error listing the known names and the closest match, and saying how to load a
+plugin directory (``--plugin-dir`` / ``TRINITY_PLUGIN_DIRS``) with the directories loaded so
+far: a user's own component is unknown until its module is imported.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from importlib import metadata
@@ -83,6 +86,8 @@ class UnknownModuleError(RegistryError, KeyError, ValueError):
         self.name = name
         self.known = known
         self.suggestion = _closest(name, known)
+        #: the plugin directories loaded in this process when the name was looked up
+        self.plugin_dirs = _loaded_plugin_dirs()
         super().__init__(name)
 
     def __str__(self) -> str:
@@ -93,7 +98,53 @@ class UnknownModuleError(RegistryError, KeyError, ValueError):
             msg += f" Known names: {', '.join(self.known)}."
         else:
             msg += " Nothing is registered yet (is the package that provides it installed?)."
-        return msg
+        return msg + " " + self.plugin_hint()
+
+    def plugin_hint(self) -> str:
+        """What to do when the name is the user's own component: load its plugin directory."""
+        if self.plugin_dirs:
+            hint = (
+                f"If {self.name!r} is your own component, no module of the loaded plugin "
+                "directories registers it: check the name in its register_module(...), or pass "
+                "the directory holding its module with --plugin-dir DIR (or set "
+                f"TRINITY_PLUGIN_DIRS); plugin directories loaded: {', '.join(self.plugin_dirs)}."
+            )
+        else:
+            hint = (
+                f"If {self.name!r} is your own component, its module was not imported: pass the "
+                "directory holding it with --plugin-dir DIR (or set TRINITY_PLUGIN_DIRS); "
+                "plugin directories loaded: none."
+            )
+        pending = _pending_env_dirs(self.plugin_dirs)
+        if pending:
+            hint += (
+                f" TRINITY_PLUGIN_DIRS names {', '.join(pending)}, not loaded in this process "
+                "(trinity.utils.plugin_loader.load_plugins() loads it)."
+            )
+        return hint
+
+
+def _loaded_plugin_dirs() -> list[str]:
+    """The plugin directories loaded in this process (for the unknown-name message)."""
+    try:  # the loader imports nothing of the registry; imported lazily all the same
+        from trinity.utils.plugin_loader import loaded_plugin_dirs
+    except ImportError:  # pragma: no cover - a broken installation
+        return []
+    return [str(p) for p in loaded_plugin_dirs()]
+
+
+def _pending_env_dirs(loaded: list[str]) -> list[str]:
+    """Entries of ``TRINITY_PLUGIN_DIRS`` that no ``load_plugins`` call imported yet."""
+    from trinity.utils.plugin_loader import PLUGIN_DIRS_ENV
+
+    pending = []
+    for entry in os.environ.get(PLUGIN_DIRS_ENV, "").split(os.pathsep):
+        if not entry.strip():
+            continue
+        resolved = os.path.realpath(os.path.expanduser(entry))
+        if resolved not in loaded and resolved not in pending:
+            pending.append(resolved)
+    return pending
 
 
 class DuplicateModuleError(RegistryError, ValueError, KeyError):

@@ -36,7 +36,6 @@ import os
 import re
 import shutil
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -44,6 +43,11 @@ from typing import Any, Optional
 from trinity.common.config import Config, RunModeSpec, run_mode_spec
 from trinity.common.experience import Experience
 from trinity.launcher.errors import LaunchInputError
+from trinity.launcher.run.ledger import (  # noqa: F401 - part of what a checkpoint holds
+    EXPERIENCE_IDS_KEY,
+    ExperienceLedger,
+    experience_ids,
+)
 from trinity.utils.log import get_logger
 
 __all__ = [
@@ -52,6 +56,7 @@ __all__ = [
     "EXPLORER_EXPERIENCES_FILE",
     "EXPLORER_STATE_FILE",
     "EXPLORE_STATE_FILE",
+    "FINISHED_FILE",
     "LATEST_FILE",
     "METRICS_FILE",
     "TRAINER_STATE_FILE",
@@ -79,10 +84,11 @@ EXPLORER_STATE_FILE = "explorer_state.json"
 EXPLORER_EXPERIENCES_FILE = "experiences.bin"
 #: ``<checkpoint_job_dir>/explorer/explore_state.json``: mode ``explore``'s position.
 EXPLORE_STATE_FILE = os.path.join(EXPLORER_DIR, "explore_state.json")
+#: ``<checkpoint_job_dir>/finished.json``: the run ended normally (at which step, under which
+#: limits), so the same command again has nothing to do
+FINISHED_FILE = "finished.json"
 #: the run's metrics records (one JSON object per line; :mod:`trinity.launcher.monitor`)
 METRICS_FILE = "metrics.jsonl"
-#: ``metrics.jsonl`` key: the run ids (``explore step/task/run``) of a train step's experiences.
-EXPERIENCE_IDS_KEY = "batch/experience_ids"
 _STATE_VERSION = 1
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _WAY_OUT = (
@@ -207,46 +213,6 @@ def _queue_refusal(config: Config) -> Optional[str]:
     return "a replay buffer" if replay else f"storage_type {getattr(exp, 'storage_type', None)!r}"
 
 
-# ---------------------------------------------------------------------- the ledger
-class ExperienceLedger:
-    """Experiences the explorer has committed to the trainer's queue that the trainer has not
-    read yet, in write order -- what a checkpoint must carry so none is lost or trained twice.
-
-    The explorer adds each step's experiences when it commits the step (just before they are
-    written, see :meth:`Explorer.explore_step`); the trainer's reads remove them. The queue is
-    FIFO, so reading experience ``x`` means everything written before ``x`` was read too (one
-    a sample strategy read and dropped, e.g. as stale, counts as read).
-    """
-
-    def __init__(self) -> None:
-        self._items: OrderedDict[str, Experience] = OrderedDict()
-
-    def add(self, exps: list[Experience]) -> None:
-        for exp in exps:
-            self._items[exp.eid.uid] = exp
-
-    def on_commit(self, step: int, exps: list[Experience]) -> None:
-        """The explorer's commit hook: step ``step`` is about to write ``exps``."""
-        self.add(exps)
-
-    def consume(self, exps: list[Experience]) -> None:
-        left = {exp.eid.uid for exp in exps} & self._items.keys()
-        while left:
-            uid, _ = self._items.popitem(last=False)
-            left.discard(uid)
-
-    def pending(self) -> list[Experience]:
-        return list(self._items.values())
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-def experience_ids(exps: list[Experience]) -> str:
-    """The run ids (``explore step/task/run``) of ``exps``, sorted, space-separated."""
-    return " ".join(sorted(exp.eid.rid for exp in exps))
-
-
 # ---------------------------------------------------------------------- the checkpointer
 @dataclass(frozen=True)
 class CheckpointSettings:
@@ -264,6 +230,9 @@ class CheckpointSettings:
     queue_refusal: Optional[str] = None
     #: the settings a resume must match (see :func:`run_fingerprint`, :func:`explore_fingerprint`)
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    #: where the run stops (``buffer.total_steps``, ``buffer.total_epochs``): a finished run
+    #: re-run under the same ones has nothing left to do
+    limits: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: Config, explorer: Any = None) -> CheckpointSettings:
@@ -284,6 +253,10 @@ class CheckpointSettings:
             has_eval=bool(config.buffer.explorer_input.eval_tasksets),
             queue_refusal=_queue_refusal(config) if spec.explores and spec.trains else None,
             fingerprint=fingerprint,
+            limits={
+                "buffer.total_steps": config.buffer.total_steps,
+                "buffer.total_epochs": config.buffer.total_epochs,
+            },
         )
 
 
@@ -586,6 +559,52 @@ class RunCheckpointer:
         )
         for step in steps[:-keep]:
             shutil.rmtree(self.step_dir(step), ignore_errors=True)
+
+    # ------------------------------------------------------------------ the end
+    def _last_step(self) -> Optional[int]:
+        """The step the run's state is at: the latest step checkpoint (runs that train) or
+        the recorded explore step (runs that only explore)."""
+        if self.settings.mode.trains:
+            return latest_checkpoint(self.job_dir)
+        try:
+            return int(json.loads(Path(self.explore_state_path).read_text())["step"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None
+
+    def mark_finished(self) -> None:
+        """The run ended normally: record where, under which limits (after its last state)."""
+        if not self.job_dir or not self.settings.mode.resumable:
+            return
+        record = {
+            "mode": self.settings.mode.name,
+            "step": self._last_step(),
+            "limits": self.settings.limits,
+            "fingerprint": self.settings.fingerprint,
+            "finished_at": time.time(),
+        }
+        atomic_write(os.path.join(self.job_dir, FINISHED_FILE), json.dumps(record).encode())
+
+    def finished(self) -> Optional[dict[str, Any]]:
+        """The record of a run that already ended normally and would do nothing more (its
+        state is still the one it finished at, under the same limits and settings), or
+        ``None``: there is work left (or nothing was run yet)."""
+        s = self.settings
+        if not s.resume or not self.job_dir or not s.mode.resumable:
+            return None
+        try:
+            record = json.loads(Path(self.job_dir, FINISHED_FILE).read_text())
+        except (FileNotFoundError, NotADirectoryError, ValueError):
+            return None
+        now = json.loads(json.dumps({"limits": s.limits, "fingerprint": s.fingerprint}))
+        if (
+            record.get("mode") != s.mode.name
+            or record.get("step") is None
+            or record.get("step") != self._last_step()
+            or record.get("limits") != now["limits"]
+            or record.get("fingerprint") != now["fingerprint"]
+        ):
+            return None
+        return record
 
     def record_explore(self, explorer: Any, evaluated: bool = False) -> None:
         """Mode explore: record ``explorer``'s position after its last step (and evaluation)."""

@@ -6,9 +6,19 @@ experiences for an external trainer, evaluate on schedule), ``bench`` (evaluate 
 its checkpoints), ``train`` (SFT, DPO, off-policy RL from a data set or buffer on verl's FSDP2
 engine), ``both`` (explorer and trainer together) and ``colocate`` (the same, taking turns on
 shared devices), and ``stages:`` (several of those in order) -- all through one run layer
-(:mod:`trinity.launcher.session`); for ``serve`` a valid config is reported and nothing is run -- the command says so
-plainly instead of pretending. ``trinity studio``, ``trinity plot`` and ``trinity convert`` are
-the other commands.
+(:mod:`trinity.launcher.session`). ``serve`` is not implemented in this release: its config is
+validated, and the command says so and exits 2 (also with ``--dry-run``), so a script never
+takes it for a run. ``trinity studio``, ``trinity plot`` and ``trinity convert`` are the other
+commands; ``--version`` prints the installed trinity-* distributions.
+
+``KEY=VALUE`` arguments after the config override its values (OmegaConf's dotlist, as verl and
+Hydra users write them: ``buffer.total_steps=3 algorithm.repeat_times=4
+trainer.trainer_config.x=[1,2] model.max_model_len=null``). They are applied to the loaded YAML
+before validation, checked like the file (a problem names the override, not a line), shown in
+the config summary and written to the run's log; the run executes the overridden config.
+
+Nothing heavy is imported at module level (the config schema, validation and the run layer are
+imported by the functions that need them), so every ``--help`` answers at once.
 
 Output: the console shows Trinity's own progress (a live bar on a terminal, summary lines
 otherwise), its warnings (each distinct one once) and errors; engine and worker output (vLLM,
@@ -28,18 +38,88 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
 
-from trinity.common.config import Config, ConfigError
-from trinity.launcher.validation import check_component_names, validate_config  # noqa: F401
-from trinity.utils.plugin_loader import PluginLoadError
-from trinity.utils.registry import RegistryError
+if TYPE_CHECKING:  # imported where used: ``--help`` must not wait for torch
+    from trinity.common.config import Config
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+
+#: The distributions ``--version`` reports, in dependency order.
+DISTRIBUTIONS = (
+    "trinity-launcher",
+    "trinity-core",
+    "trinity-algorithms",
+    "trinity-buffer",
+    "trinity-workflows",
+)
+
+
+def __getattr__(name: str) -> Any:
+    """``cli.validate_config`` / ``cli.check_component_names``: the validation functions, as
+    before (imported on first use, not with the module)."""
+    if name in ("validate_config", "check_component_names"):
+        from trinity.launcher import validation
+
+        return getattr(validation, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def versions() -> list[tuple[str, Optional[str]]]:
+    """``(distribution, version or None when not installed)`` of each trinity-* package."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: list[tuple[str, Optional[str]]] = []
+    for name in DISTRIBUTIONS:
+        try:
+            found.append((name, version(name)))
+        except PackageNotFoundError:
+            found.append((name, None))
+    return found
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: one line per trinity-* distribution, then exit 0."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the installed trinity-* package versions and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        lines = [f"{name} {ver or '(not installed)'}" for name, ver in versions()]
+        sys.stdout.write("\n".join(lines) + "\n")
+        parser.exit()
+
+
+_OVERRIDES_HELP = (
+    "override a value of the config, after the file is read and before it is validated "
+    "(OmegaConf dotlist: buffer.total_steps=3 algorithm.repeat_times=4 "
+    "trainer.trainer_config.x=[1,2] model.max_model_len=null; repeatable, later wins)"
+)
+
+_RUN_DESCRIPTION = (
+    "Validate a run config (every check a run makes: schema, paths, models, task sets,\n"
+    "component names and arguments), then run it in its mode: explore, bench, train, both,\n"
+    "colocate, or its stages. Bad input exits 2 before Ray starts, naming each bad field."
+)
+
+
+def _run_epilog(config: str) -> str:
+    return (
+        "examples:\n"
+        f"  %(prog)s {config} --dry-run     validate only\n"
+        f"  %(prog)s {config} buffer.total_steps=3 algorithm.repeat_times=4\n"
+        "\n"
+        "environment: TRINITY_PLUGIN_DIRS, TRINITY_PROGRESS_INTERVAL; TRINITY_ALLOW_HUB_MODELS=1\n"
+        "lets a run download a model named by a hub id that is not in the Hugging Face cache\n"
+        "(refused otherwise: download it first, or point model_path at a local directory).\n"
+        "\n"
+        "exit status: 0 done, 1 the run failed, 2 bad input (nothing was run), 130 interrupted."
+    )
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser, positional: bool) -> None:
@@ -47,6 +127,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser, positional: bool) -> Non
         parser.add_argument("config", help="path to the run config (YAML)")
     else:
         parser.add_argument("--config", required=True, help="path to the run config (YAML)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
     parser.add_argument(
         "--plugin-dir",
         action="append",
@@ -92,6 +173,8 @@ class ConsoleOptions:
     verbose: bool = False
     log_level: Optional[str] = None
     progress_interval: Optional[int] = None
+    #: the command line's ``KEY=VALUE`` overrides (written to the run's log)
+    overrides: list[str] = field(default_factory=list)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ConsoleOptions:
@@ -102,7 +185,7 @@ class ConsoleOptions:
         )
 
 
-def _summary(config: Config) -> str:
+def _summary(config: Config, overrides: Sequence[str] = ()) -> str:
     taskset = config.buffer.explorer_input.taskset
     lines = [
         f"Config OK: mode={config.mode} project={config.project!r} name={config.name!r}",
@@ -111,18 +194,25 @@ def _summary(config: Config) -> str:
     ]
     if taskset is not None and getattr(taskset, "path", None):
         lines.append(f"  taskset:   {taskset.path} (workflow={taskset.default_workflow_type})")
+    if overrides:
+        lines.append(f"  overrides: {' '.join(overrides)}")
     for warning in getattr(config, "warnings", []) or []:
         lines.append(f"  warning:   {warning}")
     return "\n".join(lines)
 
 
-def prepare_config(config_path: str, plugin_dirs: Sequence[str] = ()) -> tuple[Config, list[str]]:
-    """Load plugins and the config, fill the algorithm type's defaults, run every check.
+def prepare_config(
+    config_path: str, plugin_dirs: Sequence[str] = (), overrides: Sequence[str] = ()
+) -> tuple[Config, list[str]]:
+    """Load plugins and the config (with the command line's ``KEY=VALUE`` overrides), fill
+    the algorithm type's defaults, run every check.
 
     Returns the ready config and the warnings of the algorithm type's own checks (see
     :func:`trinity.launcher.validation.validate_config`, which Trinity Studio shares).
     """
-    return validate_config(config_path, plugin_dirs)
+    from trinity.launcher.validation import validate_config
+
+    return validate_config(config_path, plugin_dirs, overrides)
 
 
 def _validate_and_run(
@@ -130,9 +220,15 @@ def _validate_and_run(
     plugin_dirs: Sequence[str],
     dry_run: bool = False,
     console: Optional[ConsoleOptions] = None,
+    overrides: Sequence[str] = (),
 ) -> int:
     """Validate, then run the modes this release can run."""
+    from trinity.common.config import ConfigError
+    from trinity.utils.plugin_loader import PluginLoadError
+    from trinity.utils.registry import RegistryError
+
     console = console or ConsoleOptions()
+    console.overrides = list(overrides)
     if console.progress_interval is not None:
         if console.progress_interval < 1:
             print(
@@ -150,14 +246,14 @@ def _validate_and_run(
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        config, warnings = prepare_config(config_path, plugin_dirs)
+        config, warnings = prepare_config(config_path, plugin_dirs, overrides)
     except (ConfigError, PluginLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (RegistryError, ValueError) as exc:  # unknown component names, type-level checks
         print(f"error: {config_path}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(_summary(config))
+    print(_summary(config, overrides))
     for warning in warnings:
         print(f"  warning:   {warning}")
     sys.stdout.flush()
@@ -165,15 +261,17 @@ def _validate_and_run(
 
     if config.stages:
         return _run_stages(config, config_path, dry_run, console)
+    if config.mode not in RUNNABLE_MODES:
+        # valid, but nothing here can run it: a script must not take this for a run
+        print(
+            f"error: {config_path}: mode {config.mode!r} is not implemented yet in this "
+            f"trinity-launcher release (it runs modes {', '.join(RUNNABLE_MODES)}); the "
+            "config is valid, but nothing was run.",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     if dry_run:
         print("Dry run: the config is valid; nothing was run.")
-        return EXIT_OK
-    if config.mode not in RUNNABLE_MODES:
-        print(
-            f"Validated only: this trinity-launcher release runs modes "
-            f"{', '.join(RUNNABLE_MODES)}; mode {config.mode!r} is not implemented yet, "
-            "so nothing was run."
-        )
         return EXIT_OK
     return _run_mode(config, config_path, console=console)
 
@@ -182,8 +280,10 @@ def _run_stages(
     config: Config, config_path: str, dry_run: bool, console: Optional[ConsoleOptions] = None
 ) -> int:
     """Check every stage (as its run would), then run them in order unless ``dry_run``."""
+    from trinity.common.config import ConfigError
     from trinity.launcher.modes import RUNNABLE_MODES
     from trinity.launcher.stages import run_stages, stage_configs
+    from trinity.utils.registry import RegistryError
 
     try:
         stages = stage_configs(config)
@@ -242,6 +342,8 @@ def _run_mode(
             flush=True,
         )
     with session:
+        if console.overrides:  # into the run's log (the console has the summary already)
+            print(f"Config overrides: {' '.join(console.overrides)}", flush=True)
         code = _run_in_session(config, config_path, run)
         if code == EXIT_RUN_FAILED and session.redirected:
             print(f"error: see {session.log_path} for the engine and worker logs", file=sys.stderr)
@@ -293,27 +395,66 @@ def _run_in_session(config: Config, config_path: str, run: Callable[[], Any] | N
     return EXIT_OK
 
 
-def launch_main(argv: Sequence[str] | None = None) -> int:
-    """``trinity-launch config.yaml [--plugin-dir DIR]``."""
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse, collecting ``KEY=VALUE`` overrides wherever they stand among the options
+    (``CONFIG --dry-run a=1 b=2``); anything else unknown is an error (exit 2)."""
+    args, extra = parser.parse_known_args(argv)
+    unknown = [a for a in extra if a.startswith("-") or "=" not in a]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if hasattr(args, "overrides"):
+        args.overrides = list(args.overrides or []) + extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _launch_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="trinity-launch", description="Run a Trinity RFT job from a config file."
+        prog="trinity-launch",
+        description="Run a Trinity RFT job from a config file.\n\n" + _RUN_DESCRIPTION,
+        epilog=_run_epilog("CONFIG"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=_VersionAction)
     _add_run_arguments(parser, positional=True)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def launch_main(argv: Sequence[str] | None = None) -> int:
+    """``trinity-launch config.yaml [KEY=VALUE ...] [--plugin-dir DIR] [--dry-run]``."""
+    args = _parse(_launch_parser(), argv)
     return _validate_and_run(
-        args.config, args.plugin_dir, args.dry_run, ConsoleOptions.from_args(args)
+        args.config,
+        args.plugin_dir,
+        args.dry_run,
+        ConsoleOptions.from_args(args),
+        overrides=args.overrides,
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``trinity run --config config.yaml [--plugin-dir DIR]``."""
-    parser = argparse.ArgumentParser(prog="trinity", description="Trinity RFT command line.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a job from a config file")
+def _main_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trinity",
+        description="Trinity RFT command line: run a job, generate a config (studio), plot a "
+        "run's reward curve, convert a trainer checkpoint to a Hugging Face model.",
+    )
+    parser.add_argument("--version", action=_VersionAction)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser(
+        "run",
+        help="validate and run a job from a config file",
+        description=_RUN_DESCRIPTION,
+        epilog=_run_epilog("--config CONFIG"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_run_arguments(run, positional=False)
     studio = sub.add_parser(
         "studio",
         help="start Trinity Studio, the config generator (pip install 'trinity-launcher[studio]')",
+        description="Start Trinity Studio, a web page that writes a run config: each field "
+        "with its help, checked by the same validation as a run "
+        "(pip install 'trinity-launcher[studio]').",
     )
     studio.add_argument("--port", type=int, default=8501, help="port to serve on (8501)")
     studio.add_argument(
@@ -327,7 +468,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="plugin directory whose workflows, rewards, operators and config entries "
         "the page lists (repeatable; also TRINITY_PLUGIN_DIRS)",
     )
-    plot = sub.add_parser("plot", help="write a PNG of a run's reward curve (from metrics.jsonl)")
+    plot = sub.add_parser(
+        "plot",
+        help="write a PNG of a run's reward curve (from metrics.jsonl)",
+        description="Write a PNG of a run's reward curve (or other metrics) from the "
+        "metrics.jsonl in its run directory.",
+    )
     plot.add_argument("run_dir", help="the run directory holding metrics.jsonl")
     plot.add_argument("--out", default=None, help="PNG to write (default RUN_DIR/reward.png)")
     plot.add_argument(
@@ -337,7 +483,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="metric to draw (repeatable; default: every */reward/mean* metric)",
     )
     convert = sub.add_parser(
-        "convert", help="write a Hugging Face model directory from a trainer checkpoint"
+        "convert",
+        help="write a Hugging Face model directory from a trainer checkpoint",
+        description="Write a Hugging Face model directory (config, tokenizer, safetensors) "
+        "from a trainer checkpoint of a run.",
     )
     convert.add_argument(
         "checkpoint", help="an actor/, global_step_N/ or run directory (latest step)"
@@ -348,16 +497,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     convert.add_argument(
         "--model-path", default=None, help="the base model, if not where the run found it"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``trinity run --config config.yaml [KEY=VALUE ...] [--plugin-dir DIR]``, ``trinity
+    studio``, ``trinity plot``, ``trinity convert``."""
+    parser = _main_parser()
+    args = _parse(parser, argv)
     if args.command == "convert":
-        from trinity.launcher.convert import ConvertError, convert_checkpoint
+        from trinity.launcher.convert import (
+            ConvertError,
+            convert_checkpoint,
+            find_actor_dir,
+            has_hf_weights,
+        )
 
         try:
+            reused = args.out is None and has_hf_weights(
+                find_actor_dir(args.checkpoint) / "huggingface"
+            )
             out = convert_checkpoint(args.checkpoint, args.out, args.model_path)
         except (ConvertError, ImportError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        print(f"Wrote {out}")
+        if reused:
+            print(f"{out} already holds the trainer's Hugging Face weights (nothing written)")
+        else:
+            print(f"Wrote {out}")
         return EXIT_OK
     if args.command == "plot":
         from trinity.launcher.plot import PlotError, plot_run
@@ -371,7 +538,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     if args.command == "run":
         return _validate_and_run(
-            args.config, args.plugin_dir, args.dry_run, ConsoleOptions.from_args(args)
+            args.config,
+            args.plugin_dir,
+            args.dry_run,
+            ConsoleOptions.from_args(args),
+            overrides=args.overrides,
         )
     if args.command == "studio":
         from trinity.manager.studio import run_studio

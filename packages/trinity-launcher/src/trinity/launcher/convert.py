@@ -1,25 +1,58 @@
-"""``trinity convert``: a trainer checkpoint (sharded FSDP state) to a Hugging Face model directory.
+"""``trinity convert``: a trainer checkpoint to a Hugging Face model directory, in seconds.
 
 A run saves ``<checkpoint_job_dir>/global_step_N/actor/`` in verl's layout: one
-``model_world_size_W_rank_R.pt`` per trainer rank, ``huggingface/`` (config and tokenizer, no
-weights) and ``trinity_engine.json`` (the engine settings). Conversion loads the shards into the
-trainer engine on the CPU and writes the weights into ``huggingface/`` by default, which is where
-``bench`` mode, vLLM and ``transformers`` look for them.
+``model_world_size_W_rank_R.pt`` per trainer rank (the FSDP2 shards: a ``torch.save`` of the
+module's state dict, each parameter a ``DTensor`` holding that rank's slice),
+``huggingface/`` (config and tokenizer; with the weights too when the trainer wrote them,
+``trainer.save_hf_checkpoint``) and ``trinity_engine.json`` (the engine settings).
+
+Conversion boots no training engine and no process group:
+
+* the trainer's ``huggingface/`` already holds the weights (``*.safetensors``): they are the
+  result. Without ``--out`` nothing is written; with ``--out DIR`` the directory is copied
+  there.
+* only the shards: they are read on the CPU (``torch.load`` of tensors only, no pickled code),
+  each parameter's slices concatenated along its shard dimension (verl's own model merger
+  does the same) and written as safetensors in the model's dtype with the config, tokenizer
+  and generation config, to ``--out`` or, by default, into ``huggingface/`` (which then
+  holds what ``bench`` mode, vLLM and ``transformers`` load). No precision is lost on the way
+  (verl's merger casts to bf16).
+
+The trainer's ``huggingface/`` weights are never rewritten unless ``--out`` names that
+directory. A checkpoint whose shards this reader does not understand (a 2-D device mesh, a
+partial placement) falls back to loading it in the trainer engine, one CPU process per rank,
+with the engine's output kept out of the console (shown only if it fails).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
+
+from trinity.utils.log import get_logger
+
+logger = get_logger(__name__)
 
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+_SHARD = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
+#: files of a model directory that are weights (not copied from the config source)
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
 class ConvertError(ValueError):
     """The given path holds no convertible checkpoint; the message says what is there."""
+
+
+class _UnsupportedShards(Exception):
+    """Shards laid out in a way the offline merge does not read (the engine does)."""
 
 
 def find_actor_dir(path: Union[str, os.PathLike]) -> Path:
@@ -49,11 +82,32 @@ def find_actor_dir(path: Union[str, os.PathLike]) -> Path:
     )
 
 
-_RANK_SCRIPT = """
-import json, sys
-from trinity.launcher.convert import _convert_in_process
-_convert_in_process(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
-"""
+def has_hf_weights(directory: Union[str, os.PathLike]) -> bool:
+    """Whether ``directory`` holds Hugging Face safetensors weights."""
+    directory = Path(directory)
+    return directory.is_dir() and any(directory.glob("*.safetensors"))
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _shard_files(actor: Path) -> tuple[int, list[Path]]:
+    """The world size of the shards in ``actor`` and their files in rank order."""
+    found: dict[int, dict[int, Path]] = {}
+    for p in actor.iterdir():
+        if m := _SHARD.match(p.name):
+            found.setdefault(int(m.group(1)), {})[int(m.group(2))] = p
+    if len(found) != 1:
+        raise ConvertError(f"{actor}: shards of several world sizes {sorted(found)}")
+    world_size, ranks = found.popitem()
+    missing = sorted(set(range(world_size)) - set(ranks))
+    if missing:
+        raise ConvertError(
+            f"{actor}: the checkpoint of world size {world_size} lacks the shards of rank(s) "
+            f"{missing}"
+        )
+    return world_size, [ranks[r] for r in range(world_size)]
 
 
 def _engine_settings(actor: Path, model_path: Optional[str]) -> dict:
@@ -63,18 +117,151 @@ def _engine_settings(actor: Path, model_path: Optional[str]) -> dict:
     meta = json.loads(meta_file.read_text())
     settings = dict(meta.get("settings") or {})
     settings["model_path"] = model_path or settings.get("model_path")
-    if not settings["model_path"] or not Path(settings["model_path"]).is_dir():
+    return settings
+
+
+def _check_model_path(actor: Path, path: Optional[str], needed: bool) -> None:
+    """An explicit ``--model-path`` must exist; the recorded one only where it is ``needed``."""
+    if path and Path(path).is_dir():
+        return
+    if path or needed:
         raise ConvertError(
-            f"{actor}: the base model {settings['model_path']!r} (recorded in "
-            "trinity_engine.json) is not a directory here; it gives the module's architecture: "
+            f"{actor}: the base model {path!r} (recorded in trinity_engine.json, or "
+            "--model-path) is not a directory here; it gives the module's architecture: "
             "pass --model-path"
         )
-    settings["device"] = "cpu"  # conversion needs no accelerator
-    settings["dtype"] = "float32"
-    settings["param_offload"] = settings["optimizer_offload"] = False
-    if settings.get("tokenizer_path") and not Path(settings["tokenizer_path"]).exists():
-        settings["tokenizer_path"] = None
-    return settings
+
+
+# ---------------------------------------------------------------------- offline merge
+@contextmanager
+def _quiet_device_mesh() -> Iterator[None]:
+    """Loading a DTensor outside a process group makes torch warn about its device mesh
+    (harmless here: the mesh is never used)."""
+    log = logging.getLogger("torch.distributed.device_mesh")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _load_shard(path: Path) -> dict[str, Any]:
+    import torch
+    import torch.distributed.tensor  # noqa: F401 - lets weights_only loading accept DTensors
+
+    with _quiet_device_mesh():
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as exc:  # noqa: BLE001 - an unexpected file: the engine reads it
+            raise _UnsupportedShards(f"{path.name}: {exc}") from exc
+    if not isinstance(state, dict):
+        raise _UnsupportedShards(f"{path.name} holds a {type(state).__name__}, not a state dict")
+    return state
+
+
+def merge_shards(shards: list[Path]) -> dict[str, Any]:
+    """The full state dict of a checkpoint's model shards (rank order), on the CPU.
+
+    A ``DTensor`` entry is the concatenation of the ranks' local slices along its ``Shard``
+    dimension (a ``Replicate`` one is rank 0's); a plain tensor is replicated (rank 0's).
+    Every result has the shape the ``DTensor`` records for the whole tensor.
+
+    Raises:
+        _UnsupportedShards: a layout this merge does not read (a device mesh of more than one
+            dimension, a partial placement, shards that disagree on the keys).
+    """
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    states = [_load_shard(p) for p in shards]
+    keys = list(states[0])
+    for rank, state in enumerate(states[1:], start=1):
+        if set(state) != set(keys):
+            raise _UnsupportedShards(f"rank {rank}'s shard holds other keys than rank 0's")
+    merged: dict[str, Any] = {}
+    for key in keys:
+        parts = [state[key] for state in states]
+        first = parts[0]
+        if not isinstance(first, DTensor):
+            merged[key] = first
+            continue
+        if first.device_mesh.ndim != 1 or len(first.placements) != 1:
+            raise _UnsupportedShards(f"{key}: a device mesh of {first.device_mesh.ndim} dims")
+        placement = first.placements[0]
+        if placement.is_replicate():
+            full = first.to_local()
+        elif placement.is_shard():
+            dim = placement.dim  # type: ignore[attr-defined]
+            full = torch.cat([p.to_local() for p in parts], dim=dim)
+        else:
+            raise _UnsupportedShards(f"{key}: placement {placement}")
+        if tuple(full.shape) != tuple(first.shape):
+            raise _UnsupportedShards(
+                f"{key}: merged shape {tuple(full.shape)} != {tuple(first.shape)}"
+            )
+        merged[key] = full
+    return merged
+
+
+def _config_source(actor: Path, model_path: Optional[str]) -> Path:
+    """Where the config and tokenizer come from: the checkpoint's ``huggingface/`` (verl
+    writes them there with every checkpoint), else the base model."""
+    hf = actor / "huggingface"
+    if (hf / "config.json").is_file():
+        return hf
+    _check_model_path(actor, model_path, needed=True)
+    assert model_path is not None
+    return Path(model_path)
+
+
+def _is_weight_file(name: str) -> bool:
+    return name.endswith(_WEIGHT_SUFFIXES) or name in _WEIGHT_INDEXES
+
+
+def _write_hf(state: dict[str, Any], source: Path, target: Path) -> None:
+    """``state`` as safetensors in the config's dtype, and the non-weight files of
+    ``source`` (config, tokenizer, chat template, generation config) beside it."""
+    import torch
+    from huggingface_hub import save_torch_state_dict
+
+    config = json.loads((source / "config.json").read_text())
+    name = config.get("dtype") or config.get("torch_dtype") or "float32"
+    dtype = getattr(torch, str(name), None)
+    if not isinstance(dtype, torch.dtype):
+        dtype = torch.float32
+    if config.get("tie_word_embeddings"):
+        state.pop("lm_head.weight", None)  # stored once, as Hugging Face saves it
+    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    target.mkdir(parents=True, exist_ok=True)
+    if not _same_dir(source, target):
+        for item in source.iterdir():
+            if item.is_file() and not _is_weight_file(item.name):
+                shutil.copy2(item, target / item.name)
+    save_torch_state_dict(state, str(target), safe_serialization=True)
+    # the trainer records its own attention kernel in the config; a loader picks its own
+    config.pop("attn_implementation", None)
+    config["torch_dtype" if "torch_dtype" in config else "dtype"] = str(dtype).removeprefix(
+        "torch."
+    )
+    (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def _copy_hf(source: Path, target: Path) -> None:
+    """Copy a Hugging Face directory (files only; real copies, so writing into one never
+    changes the other)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        if item.is_file():
+            shutil.copy2(item, target / item.name)
+
+
+# ---------------------------------------------------------------------- engine fallback
+_RANK_SCRIPT = """
+import json, sys
+from trinity.launcher.convert import _convert_in_process
+_convert_in_process(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
+"""
 
 
 def _convert_in_process(actor: str, target: str, settings: dict) -> None:
@@ -94,42 +281,17 @@ def _convert_in_process(actor: str, target: str, settings: dict) -> None:
     engine.save_hf(target, dtype=dtype if isinstance(dtype, torch.dtype) else None)
 
 
-def convert_checkpoint(
-    checkpoint: Union[str, os.PathLike],
-    out: Optional[Union[str, os.PathLike]] = None,
-    model_path: Optional[str] = None,
-) -> Path:
-    """Merge a trainer checkpoint into a Hugging Face model directory; return its path.
-
-    The trainer engine itself loads the shards (one CPU process per rank the checkpoint was
-    saved with, gloo) and writes the full weights in the base model's dtype, so the result is
-    exactly what the trainer held -- no precision is lost on the way (verl's own model merger
-    casts to bf16).
-
-    Args:
-        checkpoint: an actor, ``global_step_N`` or run directory (see :func:`find_actor_dir`).
-        out: where to write (default: the checkpoint's ``huggingface/`` directory).
-        model_path: the base model directory, if not where the run found it.
-
-    Raises:
-        ConvertError: no checkpoint there, or the base model is missing.
-    """
-    actor = find_actor_dir(checkpoint)
-    settings = _engine_settings(actor, model_path)
-    world_sizes = {
-        int(m.group(1))
-        for p in actor.glob("model_world_size_*_rank_*.pt")
-        if (m := re.match(r"model_world_size_(\d+)_rank_\d+\.pt", p.name))
-    }
-    if len(world_sizes) != 1:
-        raise ConvertError(f"{actor}: shards of several world sizes {sorted(world_sizes)}")
-    world_size = world_sizes.pop()
-    target = Path(out) if out is not None else actor / "huggingface"
-    if world_size == 1:
-        _convert_in_process(str(actor), str(target), settings)
-        return target
+def _convert_with_engine(actor: Path, target: Path, settings: dict, world_size: int) -> None:
+    """The trainer engine loads the shards and writes the weights: one CPU process per rank
+    (gloo), their output kept for the error message."""
     from trinity.launcher.trainer.ranks import run_ranks
 
+    settings = dict(settings)
+    settings["device"] = "cpu"  # conversion needs no accelerator
+    settings["dtype"] = "float32"
+    settings["param_offload"] = settings["optimizer_offload"] = False
+    if settings.get("tokenizer_path") and not Path(settings["tokenizer_path"]).exists():
+        settings["tokenizer_path"] = None
     results = run_ranks(
         _RANK_SCRIPT,
         [str(actor), str(target), json.dumps(settings)],
@@ -139,4 +301,51 @@ def convert_checkpoint(
     for rank, (code, log) in enumerate(results):
         if code != 0:
             raise RuntimeError(f"conversion rank {rank} failed:\n{log[-3000:]}")
+
+
+# ---------------------------------------------------------------------- the command
+def convert_checkpoint(
+    checkpoint: Union[str, os.PathLike],
+    out: Optional[Union[str, os.PathLike]] = None,
+    model_path: Optional[str] = None,
+) -> Path:
+    """A Hugging Face model directory of a trainer checkpoint; return its path.
+
+    Where the trainer already wrote the weights (``actor/huggingface/*.safetensors``) that
+    directory is the answer: returned as it is without ``out``, copied to ``out`` otherwise.
+    Otherwise the shards are merged on the CPU (see :func:`merge_shards`) and written in the
+    model's dtype, exactly the values the trainer held, to ``out`` or the checkpoint's
+    ``huggingface/``. ``out`` naming the checkpoint's ``huggingface/`` rewrites it from the
+    shards even when it holds weights.
+
+    Args:
+        checkpoint: an actor, ``global_step_N`` or run directory (see :func:`find_actor_dir`).
+        out: where to write (default: the checkpoint's ``huggingface/`` directory).
+        model_path: the base model directory, if not where the run found it (needed only when
+            the checkpoint has no ``huggingface/config.json``).
+
+    Raises:
+        ConvertError: no checkpoint there, or the base model is missing where it is needed.
+    """
+    actor = find_actor_dir(checkpoint)
+    settings = _engine_settings(actor, model_path)
+    world_size, shards = _shard_files(actor)
+    _check_model_path(actor, model_path, needed=False)
+    hf = actor / "huggingface"
+    target = Path(out) if out is not None else hf
+    rewrite = out is not None and _same_dir(target, hf)
+    if has_hf_weights(hf) and not rewrite:
+        if out is None:
+            logger.info("%s already holds the trainer's Hugging Face weights", hf)
+            return hf
+        _copy_hf(hf, target)
+        return target
+    try:
+        state = merge_shards(shards)
+    except _UnsupportedShards as exc:
+        logger.info("reading the shards in the trainer engine (%s)", exc)
+        _check_model_path(actor, settings.get("model_path"), needed=True)
+        _convert_with_engine(actor, target, settings, world_size)
+        return target
+    _write_hf(state, _config_source(actor, settings.get("model_path")), target)
     return target

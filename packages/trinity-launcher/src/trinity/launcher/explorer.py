@@ -29,6 +29,7 @@ from typing import Any, Optional
 from trinity.common.config import Config, ExperienceBufferConfig
 from trinity.common.experience import Experience
 from trinity.launcher.explore_metrics import (  # noqa: F401 - re-exported
+    LearningSignalWatch,
     _eval_line,
     _number,
     eval_metrics,
@@ -232,6 +233,11 @@ class Explorer:
         self.generation_lock = generation_lock if generation_lock is not None else asyncio.Lock()
         #: metrics of committed steps not yet logged (their write is in progress), by step
         self.unlogged: dict[int, dict[str, Any]] = {}
+        #: warns when every response is clipped or every group's rewards are identical
+        self.signal_watch = LearningSignalWatch(
+            max_response_tokens=config.explorer.rollout_model.max_response_tokens
+            or config.model.max_response_tokens
+        )
         self._committed: dict[str, Any] = self._current_state()
 
     # ------------------------------------------------------------------ lifecycle
@@ -439,6 +445,7 @@ class Explorer:
             self._committed = self._current_state()
             metrics.update(batch.metrics)
             metrics.update(rollout_metrics(exps))
+            metrics.update(self.signal_watch.update(metrics))
             metrics.update({k: v for k, v in pipeline_metrics.items() if _number(v) is not None})
             reader_metrics = getattr(self.taskset, "metrics", None)
             if callable(reader_metrics):

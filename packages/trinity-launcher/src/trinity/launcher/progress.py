@@ -5,7 +5,9 @@
   files stay readable and greppable instead of filling with carriage returns). The summary-line
   rule (:class:`SummaryCadence`): a line for the first step, then one as soon as
   ``TRINITY_PROGRESS_INTERVAL`` steps (default 10; ``--progress-interval``) *or* 10 seconds
-  have passed since the last line, whichever comes first, and one for the last step.
+  have passed since the last line, whichever comes first, and one for the last step. Each line
+  ends with the time since the run started and, when the number of steps is known, the time
+  left (``..., elapsed 1m12s, ETA 1m01s``; see :func:`format_duration`).
 * :class:`JsonlMonitor` appends each step's metrics as one JSON object per line to
   ``<checkpoint_job_dir>/metrics.jsonl``. Anything with ``log(metrics, step)`` and ``close()``
   is a monitor (:class:`Monitor`), so tensorboard / wandb backends can sit beside it later.
@@ -29,6 +31,8 @@ __all__ = [
     "Monitor",
     "ProgressReporter",
     "SummaryCadence",
+    "TrainStepPrinter",
+    "format_duration",
     "format_step_line",
     "progress_interval",
 ]
@@ -152,8 +156,59 @@ def _rate(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else 0.0
 
 
-def format_step_line(step: int, total: Optional[int], metrics: dict[str, Any]) -> str:
-    """One line per explore step: the numbers the progress bar shows, plus reward/failures."""
+def format_duration(seconds: float) -> str:
+    """A short duration: ``42s``, ``1m12s``, ``1h02m`` (rounded down to what is shown)."""
+    total = max(0, int(seconds))
+    if total < 60:
+        return f"{total}s"
+    if total < 3600:
+        return f"{total // 60}m{total % 60:02d}s"
+    return f"{total // 3600}h{total % 3600 // 60:02d}m"
+
+
+def _timing(elapsed: Optional[float], eta: Optional[float]) -> str:
+    text = f", elapsed {format_duration(elapsed)}" if elapsed is not None else ""
+    return text + (f", ETA {format_duration(eta)}" if eta is not None else "")
+
+
+class _RunClock:
+    """Elapsed time since a run's start and the time left, from the mean time per step.
+
+    The clock starts when it is made and again at :meth:`start` (when the run's first step is
+    about to begin, after engines started) unless a step was already reported. The time
+    left is ``(steps still to go) x (time so far / steps done since the start)``; none when
+    the number of steps is unknown or the last step is done.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.started = clock()
+        self.first_step = 0
+        self.stepped = False
+
+    def start(self, completed: int = 0) -> None:
+        if not self.stepped:
+            self.started = self.clock()
+            self.first_step = int(completed)
+
+    def times(self, step: int, total: Optional[int]) -> tuple[float, Optional[float]]:
+        self.stepped = True
+        elapsed = self.clock() - self.started
+        done = step - self.first_step
+        if not total or step >= total or done <= 0:
+            return elapsed, None
+        return elapsed, elapsed / done * (total - step)
+
+
+def format_step_line(
+    step: int,
+    total: Optional[int],
+    metrics: dict[str, Any],
+    elapsed: Optional[float] = None,
+    eta: Optional[float] = None,
+) -> str:
+    """One line per explore step: the numbers the progress bar shows, plus reward/failures,
+    and at the end the run's ``elapsed`` time and the ``eta`` (time left) when given."""
     tasks = float(metrics.get("rollout/tasks", 0.0))
     tokens = float(metrics.get("rollout/response_tokens", 0.0))
     seconds = float(metrics.get("time/explore_step", 0.0))
@@ -167,7 +222,7 @@ def format_step_line(step: int, total: Optional[int], metrics: dict[str, Any]) -
     failed = float(metrics.get("runner/failed_tasks", 0.0))
     if failed:
         line += f", {failed:.0f} failed"
-    return line
+    return line + _timing(elapsed, eta)
 
 
 class ProgressReporter:
@@ -181,6 +236,8 @@ class ProgressReporter:
         use_bar: force the choice (default: ``stream.isatty()``).
         description: label of the bar.
         cadence: when summary lines are written (default :class:`SummaryCadence`).
+        clock: the time source of the lines' elapsed time and ETA (seconds;
+            ``time.monotonic``).
     """
 
     def __init__(
@@ -190,10 +247,12 @@ class ProgressReporter:
         use_bar: Optional[bool] = None,
         description: str = "explore",
         cadence: Optional[SummaryCadence] = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream if stream is not None else logs.console_out()
         self.cadence = cadence if cadence is not None else SummaryCadence()
-        self._pending: Optional[tuple[int, dict[str, Any]]] = None
+        self.run_clock = _RunClock(clock)
+        self._pending: Optional[str] = None
         if use_bar is None:
             isatty = getattr(self.stream, "isatty", None)
             use_bar = bool(callable(isatty) and isatty())
@@ -208,6 +267,7 @@ class ProgressReporter:
         ``total``: the steps the run will take, when known only now."""
         if total is not None:
             self.total_steps = total
+        self.run_clock.start(completed)
         if not self.use_bar or self._progress is not None:
             return
         from rich.console import Console
@@ -250,12 +310,14 @@ class ProgressReporter:
     def step(self, step: int, metrics: dict[str, Any]) -> None:
         """Report a finished explore step."""
         if not self.use_bar:
+            elapsed, eta = self.run_clock.times(step, self.total_steps)
+            line = format_step_line(step, self.total_steps, metrics, elapsed, eta)
             if self.cadence.due(step, self.total_steps):
                 self._pending = None
-                self.stream.write(format_step_line(step, self.total_steps, metrics) + "\n")
+                self.stream.write(line + "\n")
                 self.stream.flush()
             else:
-                self._pending = (step, metrics)
+                self._pending = line
             return
         self.start()
         seconds = float(metrics.get("time/explore_step", 0.0))
@@ -286,9 +348,8 @@ class ProgressReporter:
     def close(self) -> None:
         """Stop the bar; without one, write the line of the last step if it had none."""
         if self._pending is not None:
-            step, metrics = self._pending
-            self._pending = None
-            self.stream.write(format_step_line(step, self.total_steps, metrics) + "\n")
+            line, self._pending = self._pending, None
+            self.stream.write(line + "\n")
             self.stream.flush()
         if self._progress is not None:
             session = logs.active_session()
@@ -301,13 +362,28 @@ class ProgressReporter:
 class TrainStepPrinter:
     """Train steps on the console in a run without an explorer (mode ``train``): the numbers
     one watches, at the progress display's :class:`SummaryCadence` (the first step, then every
-    N steps or 10 s, and the last one)."""
+    N steps or 10 s, and the last one), then the time since the printer was made and, when
+    ``total_steps`` is given, the time left:
+    ``train step 12/100: loss=0.41 ..., elapsed 36s, ETA 4m24s``.
+
+    Args:
+        stream: where to print (default: the console).
+        total_steps: the steps the run will take, when known (adds ``/total`` and the ETA).
+        clock: the time source (seconds; ``time.monotonic``).
+    """
 
     KEYS = ("actor/loss", "actor/grad_norm", "actor/lr", "batch/reward/mean", "time/step")
 
-    def __init__(self, stream: Optional[IO[str]] = None) -> None:
+    def __init__(
+        self,
+        stream: Optional[IO[str]] = None,
+        total_steps: Optional[int] = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.cadence = SummaryCadence()
         self.stream = stream
+        self.total_steps = total_steps
+        self.run_clock = _RunClock(clock)
         self._pending: Optional[str] = None
 
     def _out(self) -> IO[str]:
@@ -315,8 +391,11 @@ class TrainStepPrinter:
 
     def step(self, step: int, metrics: dict[str, Any]) -> None:
         parts = [f"{k.split('/', 1)[1]}={metrics[k]:.4g}" for k in self.KEYS if k in metrics]
-        line = f"train step {step}: " + " ".join(parts)
-        if self.cadence.due(step):
+        of = f"/{self.total_steps}" if self.total_steps else ""
+        elapsed, eta = self.run_clock.times(step, self.total_steps)
+        text = ", ".join(t for t in (" ".join(parts), _timing(elapsed, eta)[2:]) if t)
+        line = f"train step {step}{of}: {text}"
+        if self.cadence.due(step, self.total_steps):
             self._pending = None
             print(line, file=self._out(), flush=True)
         else:

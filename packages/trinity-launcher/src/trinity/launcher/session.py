@@ -28,14 +28,10 @@ import threading
 from typing import Any, Callable, Optional, TypeVar
 
 from trinity.common.config import Config, run_mode_spec
-from trinity.launcher.checkpoint import (
-    CheckpointSettings,
-    ExperienceLedger,
-    ResumePoint,
-    RunCheckpointer,
-)
+from trinity.launcher.checkpoint import CheckpointSettings, ResumePoint, RunCheckpointer
 from trinity.launcher.errors import LaunchInputError
 from trinity.launcher.run.coordinator import Coordinator, RunSettings
+from trinity.launcher.run.ledger import ExperienceLedger
 from trinity.launcher.run.plan import run_config_for
 from trinity.launcher.run.policies import TakingTurns, Unsynced, sync_policy
 from trinity.launcher.run.ray_session import ray_session
@@ -116,13 +112,18 @@ class RunSession:
         if spec.trains and self.explorer is None and trainer_progress is None:
             from trinity.launcher.progress import TrainStepPrinter
 
-            self.trainer_progress = TrainStepPrinter()
+            self.trainer_progress = TrainStepPrinter(total_steps=config.buffer.total_steps)
         self.checkpointer = RunCheckpointer(CheckpointSettings.from_config(config, self.explorer))
         if spec.evaluates_checkpoints:
             logger.info(
                 "mode bench does not resume: it evaluates the model and every checkpoint of "
                 "its directory each time it runs"
             )
+        #: the record of a run that already finished under these settings (nothing to do)
+        self.done_before = self.checkpointer.finished()
+        if self.done_before is not None:
+            self.resume_point = None
+            return
         self.resume_point = self.checkpointer.find()
         dropped = self.checkpointer.restore(self.resume_point, self.explorer)
         if self.resume_point is not None:
@@ -211,7 +212,20 @@ class RunSession:
 
     # ------------------------------------------------------------------ running
     def run(self) -> Any:
-        """Run to the end; returns the last step's metrics (``bench``: ``{step: metrics}``)."""
+        """Run to the end; returns the last step's metrics (``bench``: ``{step: metrics}``).
+        A run that already finished under the same settings says so and starts nothing."""
+        if self.done_before is not None:
+            logger.warning(
+                "Nothing left to do: this run already finished (mode %s, step %s, in %s). "
+                "To train further raise buffer.total_steps or buffer.total_epochs; to start "
+                "again set continue_from_checkpoint: false (a new run named <name>_<timestamp>) "
+                "or choose another name",
+                self.spec.name,
+                self.done_before.get("step"),
+                self.config.checkpoint_job_dir,
+            )
+            self.sink.close()
+            return {}
         try:
             if self.explorer is None and not self._trainer_needs_ray():
                 return asyncio.run(self._main(None, None))  # one local rank: no Ray at all
@@ -276,7 +290,9 @@ class RunSession:
             freeze_startup_heap()  # set up: full collections no longer walk the imports' objects
             if self.spec.evaluates_checkpoints:
                 return await explorer.bench()
-            return await self._coordinator(trainer).run()
+            result = await self._coordinator(trainer).run()
+            self.checkpointer.mark_finished()
+            return result
         finally:
             if trainer is not None:
                 trainer.close()

@@ -3,10 +3,30 @@
 There is no model hub on CPU test machines (and none is needed for a laptop quickstart): every
 model used by the tests, the benchmarks and the quickstart is built here, from a seed, in well
 under a second. The result is an ordinary Hugging Face model directory (``config.json``,
-``model.safetensors``, ``tokenizer.json`` with a Qwen2.5-style chat template that knows
-``tools``), so vLLM, ``transformers`` and verl load it like any downloaded checkpoint.
+``model.safetensors``, ``tokenizer.json`` with a chat template), so vLLM, ``transformers`` and
+verl load it like any downloaded checkpoint.
 
 Sizes respect what vLLM's CPU backend accepts (``head_dim >= 32``).
+
+Presets (``python -m trinity.launcher.tiny_model DIR --preset NAME``; the same preset and seed
+always give the same weights and tokenizer files):
+
+* ``default`` (the tests'): hidden 64, 2 layers, a byte-level BPE of ~520 tokens trained on
+  chat, arithmetic, JSON and tool-call text: any text encodes and decodes back unchanged.
+* ``arithmetic`` (the quickstart's, 76K parameters) and ``realistic`` (~24M parameters, the
+  TRL comparison's): a 22-token vocabulary, ids 0-21::
+
+      0 <|endoftext|>  1 <|im_start|>  2 <|im_end|>  3 system  4 user  5 assistant
+      6 "\\n" (newline)  7 " " (space)  8-17 the digits 0-9  18 +  19 -  20 *  21 =
+
+  so ``"3 7\\n="`` is ``3`` ``" "`` ``7`` ``"\\n"`` ``=`` and decodes back unchanged. Any
+  other character (letters, ``?``, ``/``) is dropped: the tokenizer is a byte-level BPE
+  without merges, as ``transformers`` loads a Qwen2 tokenizer, and has no unknown token. Write
+  prompts for it from digits, ``+-*=``, spaces and newlines. Its chat template is compact
+  (:data:`ARITHMETIC_CHAT_TEMPLATE`): ``"2+4="`` asked as a user message is
+  ``<|im_start|>2+4=<|im_end|><|im_start|>``, 7 tokens.
+
+The ``default`` preset's chat template is Qwen2.5's (:data:`QWEN_CHAT_TEMPLATE`), tools included.
 """
 
 from __future__ import annotations
@@ -17,7 +37,9 @@ from pathlib import Path
 from typing import Optional, Union
 
 __all__ = [
+    "ARITHMETIC_CHAT_TEMPLATE",
     "ARITHMETIC_SPEC",
+    "ARITHMETIC_VOCAB",
     "PRESETS",
     "QWEN_CHAT_TEMPLATE",
     "TinyModelSpec",
@@ -67,6 +89,19 @@ QWEN_CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+#: The ``arithmetic`` presets' chat template: each message is ``<|im_start|>{content}<|im_end|>``
+#: and the generation prompt ``<|im_start|>``, without role names or newlines (tools and roles
+#: are not written). The question is then most of the prompt, which a model this small learns
+#: from much sooner: with Qwen's template (``<|im_start|>user\n2+4=<|im_end|>\n<|im_start|>``
+#: ``assistant\n``, 12 tokens instead of 7) the reduced learning matrix's SFT run reached 0.27
+#: instead of 0.45 in 48 steps and its multi-turn GRPO run 0.26 instead of 0.47 in 45 steps.
+ARITHMETIC_CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + (message['content'] or '') + '<|im_end|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>' }}{%- endif %}"
+)
+
 _SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 _ADDED_TOKENS = [
     "<tool_call>",
@@ -104,8 +139,9 @@ class TinyModelSpec:
     vocab_size: int = 512  # BPE merges stop here; special/added tokens come on top
     seed: int = 0
     #: ``"bpe"``: a byte-level BPE over chat, arithmetic, JSON and tool-call text (any input
-    #: encodes). ``"arithmetic"``: one token per digit, operator and chat-scaffolding word
-    #: (22 tokens; other characters become ``<|endoftext|>``), see :data:`ARITHMETIC_SPEC`.
+    #: encodes). ``"arithmetic"``: one token per digit, operator, space, newline and
+    #: chat-scaffolding word (22 tokens, :data:`ARITHMETIC_VOCAB`; other characters are
+    #: dropped), see :data:`ARITHMETIC_SPEC`.
     tokenizer: str = "bpe"
     #: Std of the random initial weights (Hugging Face's default is 0.02).
     initializer_range: float = 0.02
@@ -133,6 +169,11 @@ REALISTIC_SPEC = TinyModelSpec(
     initializer_range=0.1,
 )
 
+#: Version of what :func:`build_tiny_model` writes for a spec, kept in the directory's stamp: a
+#: directory built by an older version is rebuilt (2: the ``arithmetic`` tokenizer keeps
+#: spaces and newlines when ``transformers`` loads it, and has a compact chat template).
+_FORMAT = 2
+
 #: Named specs for ``python -m trinity.launcher.tiny_model DIR --preset NAME``.
 PRESETS: dict[str, TinyModelSpec] = {
     "default": TinyModelSpec(),
@@ -140,7 +181,10 @@ PRESETS: dict[str, TinyModelSpec] = {
     "realistic": REALISTIC_SPEC,
 }
 
-_ARITHMETIC_VOCAB = [
+#: The ``arithmetic`` tokenizer's vocabulary, in id order (ids 0-21): three special tokens, the
+#: chat role words (whole words; :data:`ARITHMETIC_CHAT_TEMPLATE` does not write them), newline
+#: and space, the digits and four operators.
+ARITHMETIC_VOCAB: tuple[str, ...] = (
     *_SPECIAL_TOKENS,
     "system",
     "user",
@@ -149,7 +193,15 @@ _ARITHMETIC_VOCAB = [
     " ",
     *"0123456789",
     *"+-*=",
-]
+)
+_ARITHMETIC_WORDS = ("system", "user", "assistant")
+
+#: Qwen2's pre-tokenizer split (as ``transformers``' ``Qwen2Tokenizer`` sets it): digits one by
+#: one, a space or newline its own piece unless it leads punctuation or a word.
+_QWEN2_SPLIT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+    r"""\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 
 def _train_tokenizer(vocab_size: int):  # -> transformers.PreTrainedTokenizerFast
@@ -184,23 +236,68 @@ def _train_tokenizer(vocab_size: int):  # -> transformers.PreTrainedTokenizerFas
 
 
 def _arithmetic_tokenizer():  # -> transformers.PreTrainedTokenizerFast
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    """The 22-token vocabulary of :data:`ARITHMETIC_VOCAB` as a byte-level BPE without merges,
+    with :data:`ARITHMETIC_CHAT_TEMPLATE`.
+
+    It is written the way ``transformers`` reads a Qwen2 tokenizer back: for a ``qwen2`` model
+    ``AutoTokenizer`` (vLLM and verl load through it) builds a ``Qwen2Tokenizer`` from the
+    saved vocabulary and merges alone, with Qwen2's pre-tokenizer, byte-level alphabet
+    (space ``Ġ``, newline ``Ċ``) and decoder. So the tokenizer built here and the one every
+    engine loads encode alike: spaces and newlines are tokens, the role words are added
+    tokens (whole words), and a character outside the vocabulary (a letter, ``?``) is dropped,
+    since a byte-level BPE has no unknown token.
+    """
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+    )
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {token: index for index, token in enumerate(_ARITHMETIC_VOCAB)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(
-        Regex(r"system|user|assistant|\s|\d|[^\s\d]"), behavior="isolated"
+    byte_char = _bytes_to_unicode()
+
+    def piece(token: str) -> str:  # a token as the byte-level alphabet writes it
+        if token in _SPECIAL_TOKENS or token in _ARITHMETIC_WORDS:
+            return token
+        return "".join(byte_char[b] for b in token.encode("utf-8"))
+
+    vocab = {piece(token): index for index, token in enumerate(ARITHMETIC_VOCAB)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
     )
-    tok.decoder = decoders.Fuse()  # tokens are whole characters/words: join them as they are
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _SPECIAL_TOKENS])
+    tok.add_tokens([AddedToken(w, special=False, normalized=False) for w in _ARITHMETIC_WORDS])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         additional_special_tokens=["<|im_start|>", "<|im_end|>"],
     )
-    fast.chat_template = QWEN_CHAT_TEMPLATE
+    fast.chat_template = ARITHMETIC_CHAT_TEMPLATE
     return fast
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: each byte as a printable character (space is ``Ġ``)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(printable, chars, strict=True)}
 
 
 def build_tiny_model(
@@ -210,7 +307,7 @@ def build_tiny_model(
 
     The same ``spec`` (seed included) always gives the same weights and vocabulary, so tests
     and the quickstart are reproducible. A directory already holding a model built from the
-    same spec is reused (``overwrite=True`` rebuilds it).
+    same spec (by this version of the builder) is reused (``overwrite=True`` rebuilds it).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -221,9 +318,10 @@ def build_tiny_model(
     spec = spec or TinyModelSpec()
     path = Path(path)
     stamp = path / "trinity_tiny_model.json"
+    built_from = {**asdict(spec), "format": _FORMAT}
     if not overwrite and stamp.is_file():
         try:
-            if json.loads(stamp.read_text()) == asdict(spec):
+            if json.loads(stamp.read_text()) == built_from:
                 return path
         except (OSError, ValueError):
             pass
@@ -267,7 +365,7 @@ def build_tiny_model(
     )
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
-    stamp.write_text(json.dumps(asdict(spec)))
+    stamp.write_text(json.dumps(built_from))
     return path
 
 
@@ -276,14 +374,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     model in DIR."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        description=main.__doc__,
+        epilog="The 'arithmetic' and 'realistic' presets' vocabulary, ids 0-21: "
+        + ", ".join(f"{i} {t!r}" for i, t in enumerate(ARITHMETIC_VOCAB))
+        + " (any other character is dropped); their chat template writes each message as "
+        "<|im_start|>CONTENT<|im_end|>, without role names. 'default': a byte-level BPE of "
+        "~520 tokens (any text) and Qwen2.5's chat template.",
+    )
     parser.add_argument("path", help="model directory (reused when built from the same spec)")
     parser.add_argument(
         "--preset",
         choices=sorted(PRESETS),
         default="default",
-        help="'arithmetic' is the quickstart's model (22-token vocabulary); 'default' the "
-        "tests' (byte-level BPE)",
+        help="'arithmetic' is the quickstart's model (22-token vocabulary: digits, + - * =, "
+        "space, newline, chat words); 'default' the tests' (byte-level BPE)",
     )
     parser.add_argument("--seed", type=int, default=None, help="weight seed (preset's if unset)")
     args = parser.parse_args(argv)

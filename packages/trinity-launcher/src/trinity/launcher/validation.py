@@ -19,8 +19,10 @@ from trinity.common.config import (
     Config,
     ConfigError,
     ConfigIssue,
+    attribute_overrides,
     load_config,
     locate_issues,
+    parse_override,
     run_mode_spec,
 )
 from trinity.launcher.component_checks import check_component_names
@@ -37,9 +39,13 @@ _LEADING_PATH = re.compile(r"^([A-Za-z_][\w]*(?:(?:\.[A-Za-z_]\w*)|(?:\[\d+\]))+
 
 
 def validate_config(
-    source: ConfigSource, plugin_dirs: Sequence[str] = ()
+    source: ConfigSource, plugin_dirs: Sequence[str] = (), overrides: Sequence[str] = ()
 ) -> tuple[Config, list[str]]:
     """Load plugins and the config, fill the algorithm type's defaults, run every check.
+
+    ``overrides`` are the command line's ``KEY=VALUE`` strings, applied on top of the file
+    before anything is validated (:func:`trinity.common.config.load_config`); a problem with a
+    value one of them set names that override instead of a line of the file.
 
     Every problem found is reported at once: schema problems together with the component
     arguments that can be checked from the raw file; once the schema passes, the algorithm
@@ -60,10 +66,19 @@ def validate_config(
             are resolved by :func:`trinity.launcher.stages.stage_configs`).
     """
     load_plugins(plugin_dirs or None)
+    if not overrides:
+        return _validate(source, ())
     try:
-        config = load_config(source)
+        return _validate(source, overrides)
     except ConfigError as exc:
-        extra = _raw_algorithm_args_issues(source, exc.errors)
+        raise ConfigError(attribute_overrides(exc.errors, overrides), exc.source) from None
+
+
+def _validate(source: ConfigSource, overrides: Sequence[str]) -> tuple[Config, list[str]]:
+    try:
+        config = load_config(source, overrides=overrides)
+    except ConfigError as exc:
+        extra = _raw_algorithm_args_issues(source, exc.errors, overrides)
         if not extra:
             raise
         issues = exc.errors + extra
@@ -139,7 +154,9 @@ def _check_run(config: Config, warnings: list[str]) -> Config:
     return config
 
 
-def _raw_algorithm_args_issues(source: ConfigSource, known: list[ConfigIssue]) -> list[ConfigIssue]:
+def _raw_algorithm_args_issues(
+    source: ConfigSource, known: list[ConfigIssue], overrides: Sequence[str] = ()
+) -> list[ConfigIssue]:
     """Component-argument problems of a config whose schema failed (best effort).
 
     So that one run of the validator lists a bad ``optimizer.lr`` and a misspelt
@@ -151,13 +168,19 @@ def _raw_algorithm_args_issues(source: ConfigSource, known: list[ConfigIssue]) -
     from trinity.common.config import AlgorithmConfig
 
     try:
+        from omegaconf import OmegaConf
+
         if isinstance(source, Mapping):
             raw: Any = source
         else:
-            from omegaconf import OmegaConf
-
             with open(os.fspath(source), encoding="utf-8") as f:
                 raw = OmegaConf.to_container(OmegaConf.create(f.read()), resolve=False)
+        if overrides:
+            conf = OmegaConf.create(dict(raw))
+            for text in overrides:
+                key, value = parse_override(text)
+                OmegaConf.update(conf, key, value, merge=True)
+            raw = OmegaConf.to_container(conf, resolve=False)
         section = raw.get("algorithm") if isinstance(raw, Mapping) else None
         if not isinstance(section, Mapping):
             return []

@@ -5,8 +5,11 @@ Run it with ``trinity studio`` (or ``streamlit run`` on this file). The page has
 Synchronizer", "Trainer"), as in the developer guide. Entries are drawn with
 ``self.get_configs(...)`` from :data:`CONFIG_GENERATORS`; ``generate_config`` places their
 session-state values in the YAML. Every rerun validates the would-be YAML with the launcher's
-own checks (:func:`trinity.launcher.validation.validate_config`): each problem is shown under
-its field, and the page emits a YAML only when there is none.
+own checks (:func:`trinity.launcher.validation.validate_config`), and the page emits a YAML only
+when there is no problem. A problem is shown under its field once the field was edited (its
+value differs from the one the page opened with), or everywhere once the user asked for the
+config (the Generate Config button) or loaded a YAML: a fresh page, whose required fields are
+simply still empty, shows no errors.
 """
 
 from __future__ import annotations
@@ -69,6 +72,12 @@ _COMPOSITE_PARTS = set(_TASKSET_ARGS) | set(_OFFLINE_KEYS) | {"trainer_gpu_num_d
 
 #: session-state key: YAML text waiting to be loaded into the page at the next run
 LOAD_REQUEST_KEY = "_yaml_to_load"
+#: session-state keys: every problem is shown (set by Generate Config and by loading a YAML);
+#: the entries' values when the page opened; the entries edited since
+SHOW_ALL_ISSUES_KEY = "_show_all_issues"
+BASELINE_KEY = "_baseline_values"
+TOUCHED_KEY = "_touched_fields"
+_EMPTY = (None, "")
 
 
 def _load_plugins_once() -> None:
@@ -124,6 +133,12 @@ class ConfigManager:
         st.session_state["_loaded_config"] = {}
         apply_algorithm_type_defaults()
         set_trainer_gpu_num()
+        st.session_state[BASELINE_KEY] = {
+            key: copy.deepcopy(st.session_state.get(key))
+            for key in CONFIG_GENERATORS.default_config
+        }
+        st.session_state[TOUCHED_KEY] = set()
+        st.session_state[SHOW_ALL_ISSUES_KEY] = False
 
     def maintain_session_state(self) -> None:
         """Keep values of widgets not drawn in this run (Streamlit drops those otherwise)."""
@@ -145,6 +160,7 @@ class ConfigManager:
             try:
                 self.load_config_dict(parse_yaml(text))
                 st.session_state["_load_message"] = ("success", "Config loaded into the page.")
+                st.session_state[SHOW_ALL_ISSUES_KEY] = True  # the user's own config: check it
             except YAMLLoadError as exc:
                 st.session_state["_load_message"] = ("error", str(exc))
 
@@ -423,8 +439,35 @@ class ConfigManager:
         self._gen_buffer_config(data)
         return data
 
+    # ------------------------------------------------------------------ which problems show
+    def _edited(self, key: str) -> bool:
+        """Whether entry ``key`` holds another value than when the page opened (remembered:
+        an entry cleared again stays edited, so its "required" error shows)."""
+        touched = st.session_state.setdefault(TOUCHED_KEY, set())
+        if key in touched:
+            return True
+        if key not in st.session_state:
+            return False
+        value = st.session_state[key]
+        baseline = st.session_state.get(BASELINE_KEY) or {}
+        start = baseline.get(key, CONFIG_GENERATORS.default_config.get(key))
+        if value == start or (value in _EMPTY and start in _EMPTY):
+            return False
+        touched.add(key)
+        return True
+
+    def _shown(self, key: Optional[str]) -> bool:
+        """Whether a problem of entry ``key`` is shown now; a problem of no entry (``None``)
+        shows once any entry was edited."""
+        if st.session_state.get(SHOW_ALL_ISSUES_KEY):
+            return True
+        if key is not None:
+            return self._edited(key)
+        return any(self._edited(k) for k in CONFIG_GENERATORS.default_config)
+
     def _show_issues(self, report: Any) -> list[str]:
-        """Put each issue under its field; return the messages that have no field on the page."""
+        """Put each issue under its field (where :meth:`_shown`); return the shown messages
+        that have no field on the page. ``self.hidden_issues`` counts those not shown."""
         paths = {**CONFIG_GENERATORS.config_paths, **(st.session_state.get("_moved_paths") or {})}
         for idx in range(st.session_state["_eval_tasksets_num"]):
             for short, (path, _) in EVAL_TASKSET_KEYS.items():
@@ -458,7 +501,9 @@ class ConfigManager:
             text = (
                 f"{issue.message} (`{normalize_path(issue.path)}`)" if issue.path else issue.message
             )
-            if key is None:
+            if not self._shown(key):
+                self.hidden_issues += 1
+            elif key is None:
                 unplaced.append(text)
             else:
                 by_key.setdefault(key, []).append(text)
@@ -470,6 +515,9 @@ class ConfigManager:
         """Validate what the page describes; offer the YAML only when it is valid."""
         data = self.build_config()
         report = validate(data)
+        for key in (*CONFIG_GENERATORS.default_config, *CONFIG_GENERATORS.rendered):
+            self._edited(key)  # remember every edit, also of fields without a problem now
+        self.hidden_issues = 0
         unplaced = self._show_issues(report)
         st.session_state["_validation"] = report
         st.divider()
@@ -478,11 +526,13 @@ class ConfigManager:
         for warning in report.warnings:
             st.info(warning)
         blocked = bool(self.unfinished_fields) or not report.ok
+        shown = len(report.issues) - self.hidden_issues + len(self.unfinished_fields)
+        help_message = None
         if blocked:
             st.session_state.config_generated = False
-            problems = len(report.issues) + len(self.unfinished_fields)
+        if blocked and shown:
             help_message = (
-                f"Fix the {problems} problem(s) shown above first"
+                f"Fix the {shown} problem(s) shown above first"
                 + (
                     f" (unfinished: `{'`, `'.join(sorted(self.unfinished_fields))}`)"
                     if self.unfinished_fields
@@ -491,16 +541,22 @@ class ConfigManager:
                 + "."
             )
             st.warning(help_message)
-        else:
-            help_message = None
+        elif blocked:  # only problems of fields not edited yet (a fresh page): no alarm
+            st.caption(
+                "Fill in the fields above; Generate Config checks the whole config and shows "
+                "what is still missing."
+            )
         if st.button(
             "Generate Config",
-            disabled=blocked,
+            disabled=blocked and bool(shown),
             help=help_message,
             use_container_width=True,
             type="primary",
             key="_generate_config",
         ):
+            st.session_state[SHOW_ALL_ISSUES_KEY] = True
+            if blocked:  # asked for the config: show every problem, under its field
+                st.rerun()
             st.session_state.config_generated = True
         if st.session_state.config_generated and not blocked:
             text = to_yaml(data)

@@ -17,10 +17,19 @@ Row layout (table ``<name>``)::
 Crash safety: a write is one transaction (``engine.begin()``), so a writer killed mid-batch
 leaves either the whole batch or none of it; SQLite runs in WAL mode so readers in other
 processes see committed batches while a writer is active.
+
+Closing: the storages of one URL in a process share one engine. :meth:`SQLStorage.close`
+(called by :meth:`SQLWriter.release` and :meth:`SQLReader.close`) lets go of it; when the last
+storage of a SQLite file closes, the WAL is checkpointed into the database
+(``PRAGMA wal_checkpoint(TRUNCATE)``) and the engine disposed, so SQLite removes its
+``-wal`` and ``-shm`` side files and the database is one self-contained file again. Engines
+still open when the process exits are closed the same way (``atexit``). A storage used after
+it closed opens the engine again.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import threading
@@ -58,6 +67,8 @@ logger = get_logger(__name__)
 T = TypeVar("T")
 
 _ENGINES: dict[tuple[int, str], Engine] = {}
+#: open storages per engine; the engine is closed when its last storage closes
+_USERS: dict[tuple[int, str], int] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
@@ -95,8 +106,14 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def _engine(url: str) -> Engine:
-    """One engine per URL per process (engines hold pools; forked children need their own)."""
+def _is_sqlite_file(url: str) -> bool:
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
+
+
+def _engine(url: str, use: bool = False) -> Engine:
+    """One engine per URL per process (engines hold pools; forked children need their own).
+    ``use``: count one more open storage of it (see :func:`_release_engine`)."""
     key = (os.getpid(), url)
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
@@ -106,14 +123,52 @@ def _engine(url: str) -> Engine:
             if parsed.get_backend_name() == "sqlite":
                 kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
             engine = create_engine(url, **kwargs)
-            if parsed.get_backend_name() == "sqlite" and parsed.database not in (
-                None,
-                "",
-                ":memory:",
-            ):
+            if _is_sqlite_file(url):
                 event.listen(engine, "connect", _sqlite_pragmas)
             _ENGINES[key] = engine
+        if use:
+            _USERS[key] = _USERS.get(key, 0) + 1
         return engine
+
+
+def _close_engine(url: str, engine: Engine) -> None:
+    """Checkpoint a SQLite file's WAL into the database, then close the engine's connections:
+    the last connection to close makes SQLite delete the ``-wal`` and ``-shm`` files."""
+    try:
+        if _is_sqlite_file(url):
+            with engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    except Exception as exc:  # noqa: BLE001 - closing must not fail a run that is ending
+        logger.debug("WAL checkpoint of %s failed: %s", url, exc)
+    finally:
+        engine.dispose()
+
+
+def _release_engine(url: str) -> None:
+    """One storage of ``url`` closed; the last one closes the engine (see :func:`_close_engine`)."""
+    key = (os.getpid(), url)
+    with _ENGINES_LOCK:
+        users = _USERS.get(key, 0) - 1
+        if users > 0:
+            _USERS[key] = users
+            return
+        _USERS.pop(key, None)
+        engine = _ENGINES.pop(key, None)
+    if engine is not None:
+        _close_engine(url, engine)
+
+
+@atexit.register
+def _close_all_engines() -> None:
+    """Close this process's engines still open at exit (readers that were never closed)."""
+    pid = os.getpid()
+    with _ENGINES_LOCK:
+        mine = [(key, engine) for key, engine in _ENGINES.items() if key[0] == pid]
+        for key, _ in mine:
+            _ENGINES.pop(key, None)
+            _USERS.pop(key, None)
+    for (_, url), engine in mine:
+        _close_engine(url, engine)
 
 
 class SQLStorage:
@@ -131,7 +186,7 @@ class SQLStorage:
         self.url = sql_url(path)
         self.max_retry_times = int(getattr(storage_config, "max_retry_times", 3))
         self.max_retry_interval = float(getattr(storage_config, "max_retry_interval", 1))
-        self.engine = _engine(self.url)
+        self._engine: Engine | None = _engine(self.url, use=True)
         self.metadata = MetaData()
         self.table = Table(
             table_name(getattr(storage_config, "name", "")),
@@ -146,6 +201,21 @@ class SQLStorage:
             sqlite_autoincrement=True,  # ids never reused, so a reader position stays valid
         )
         self._retry(lambda: self.metadata.create_all(self.engine, checkfirst=True))
+
+    @property
+    def engine(self) -> Engine:
+        """The shared engine of this storage's URL (opened again after :meth:`close`)."""
+        engine = self._engine
+        if engine is None:
+            engine = self._engine = _engine(self.url, use=True)
+        return engine
+
+    def close(self) -> None:
+        """Let go of the engine; the last storage of a SQLite file to close checkpoints its
+        WAL and closes every connection, so the ``-wal`` / ``-shm`` files go. Idempotent."""
+        if self._engine is not None:
+            self._engine = None
+            _release_engine(self.url)
 
     def _retry(self, fn: Callable[[], T]) -> T:
         """Retry transient failures (a locked SQLite file, a dropped connection)."""
@@ -244,6 +314,11 @@ class SQLWriter(BufferWriter):
     def truncate(self, position: Any) -> int:
         return self.storage.delete_after(int(position or 0))
 
+    def release(self) -> int:
+        """Done writing: close the storage (see :meth:`SQLStorage.close`)."""
+        self.storage.close()
+        return 0
+
 
 class SQLReader(OfflineReader):
     """Reads a SQL table in insertion order; position = last id read (checkpointable)."""
@@ -260,3 +335,7 @@ class SQLReader(OfflineReader):
         if not rows:
             return [], int(position)
         return [Experience.deserialize(data) for _, data in rows], rows[-1][0]
+
+    def close(self) -> None:
+        """Done reading: close the storage (see :meth:`SQLStorage.close`)."""
+        self.storage.close()

@@ -37,7 +37,14 @@ from ._args import (
     is_open,
     model_validator,
 )
-from ._core import Config, load_config, locate_issues, save_config
+from ._core import (
+    Config,
+    attribute_overrides,
+    load_config,
+    locate_issues,
+    parse_override,
+    save_config,
+)
 from ._errors import ConfigError, ConfigIssue, did_you_mean
 from ._sections import (
     DEFAULT_EXPERIENCE_BUFFER_NAME,
@@ -109,6 +116,8 @@ __all__ = [
     # loading / saving
     "load_config",
     "locate_issues",
+    "attribute_overrides",
+    "parse_override",
     "save_config",
     "cuda_is_available",
     # top level

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -285,7 +286,7 @@ def _yaml_line(root: Any, loc: tuple[Union[str, int], ...]) -> Optional[int]:
 def _locate(issues: list[ConfigIssue], source: Optional[str], yaml_root: Any) -> list[ConfigIssue]:
     for issue in issues:
         issue.file = issue.file or source
-        if issue.line is None and yaml_root is not None:
+        if issue.line is None and yaml_root is not None and issue.file == source:
             issue.line = _yaml_line(yaml_root, issue.loc)
     return sorted(issues, key=lambda i: (i.line is None, i.line or 0))
 
@@ -421,13 +422,22 @@ def _interpolation_issue(
 
 
 def load_config(
-    source: Union[str, os.PathLike[str], Mapping[str, Any]], *, check: bool = False
+    source: Union[str, os.PathLike[str], Mapping[str, Any]],
+    *,
+    check: bool = False,
+    overrides: Sequence[str] = (),
 ) -> Config:
     """Load and validate a run config.
 
-    ``source`` is a YAML file path or an already-parsed mapping. OmegaConf interpolations
-    (``${oc.env:VAR,default}``, ``${model.model_path}``, ...) are resolved first. With
-    ``check=True`` the run-level checks of :meth:`Config.check_and_update` run as well.
+    ``source`` is a YAML file path or an already-parsed mapping. ``overrides`` are
+    ``KEY=VALUE`` strings as on the command line (OmegaConf's dotlist, as verl / Hydra users
+    write them: ``buffer.total_steps=3``, ``trainer.trainer_config.x=[1,2]``,
+    ``model.max_model_len=null``, ``a.list[0].key=v``), applied in order on top of the file
+    before anything is resolved or validated; a problem with a value an override set names the
+    override (:func:`attribute_overrides`) instead of a line of the file. OmegaConf
+    interpolations (``${oc.env:VAR,default}``, ``${model.model_path}``, ...) are resolved
+    next. With ``check=True`` the run-level checks of :meth:`Config.check_and_update` run as
+    well.
 
     Raises :class:`ConfigError` (a ``ValueError``) listing every problem.
     """
@@ -470,10 +480,162 @@ def load_config(
         except Exception:  # pragma: no cover - OmegaConf accepted it, so this is rare
             yaml_root = None
     issues: list[ConfigIssue] = []
+    bad_overrides: list[ConfigIssue] = []  # reported with the file's problems
+    if overrides:
+        conf = _apply_overrides(conf, overrides, bad_overrides)
     data = _resolve_omegaconf(conf, (), issues)
-    if issues:
-        raise ConfigError(_locate(issues, label, yaml_root), label)
-    return _validate(data, label, yaml_root, run_checks=check)
+    try:
+        if issues:
+            raise ConfigError(_locate(issues, label, yaml_root), label)
+        config = _validate(data, label, yaml_root, run_checks=check)
+    except ConfigError as exc:
+        if not overrides:
+            raise
+        found = attribute_overrides(exc.errors, overrides)
+        raise ConfigError(found + bad_overrides, label) from None
+    if bad_overrides:
+        raise ConfigError(bad_overrides, label)
+    return config
+
+
+# --------------------------------------------------------------------------------------
+# Command-line overrides (KEY=VALUE)
+# --------------------------------------------------------------------------------------
+
+
+def override_label(text: str) -> str:
+    """Where an issue caused by the override ``text`` comes from, in its messages."""
+    return f"override {text!r}"
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"buffer.total_steps=3"`` -> ``("buffer.total_steps", 3)``: the value read as YAML by
+    OmegaConf (``3`` an int, ``1e-5`` a float, ``[1,2]`` a list, ``null`` None, ``'3'`` a
+    string; ``${...}`` kept as an interpolation). A leading ``+`` / ``++`` (Hydra's "add" /
+    "force add") is accepted and ignored: the schema decides which keys exist.
+
+    Raises ``ValueError`` for text that is not ``KEY=VALUE``.
+    """
+    from omegaconf import OmegaConf
+
+    key, sep, value = text.partition("=")
+    key = key.strip().lstrip("+")
+    if not sep or not key or not _OVERRIDE_KEY.match(key):
+        raise ValueError(
+            f"not a KEY=VALUE override (e.g. buffer.total_steps=3, "
+            f"trainer.trainer_config.x=[1,2], model.max_model_len=null): {text!r}"
+        )
+    try:
+        parsed = OmegaConf.from_dotlist([f"value={value}"])
+        return key, OmegaConf.to_container(parsed, resolve=False)["value"]
+    except Exception as exc:
+        raise ValueError(f"cannot read the value of {text!r}: {str(exc).splitlines()[0]}") from None
+
+
+_OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w-]*(\[\d+\]|\.[\w-]+)*$")
+
+
+def _override_loc(key: str) -> tuple[str, ...]:
+    """The key's path as strings (``a.b[0].c`` and ``a.b.0.c`` alike), to match issues."""
+    return tuple(str(part) for part in _parse_path(key))
+
+
+def _apply_overrides(conf: Any, overrides: Sequence[str], issues: list[ConfigIssue]) -> Any:
+    """``conf`` (an OmegaConf DictConfig, or a plain mapping OmegaConf could not hold) with
+    every override applied in order; a malformed override becomes an issue."""
+    from omegaconf import DictConfig, OmegaConf
+
+    for text in overrides:
+        try:
+            key, value = parse_override(text)
+            if isinstance(conf, DictConfig):
+                _check_indices(conf, _parse_path(key))
+                OmegaConf.update(conf, key, value, merge=True)
+            else:
+                _set_by_path(conf, _parse_path(key), value)
+        except Exception as exc:
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            issues.append(
+                ConfigIssue(
+                    path=text.partition("=")[0].strip().lstrip("+"),
+                    message=message,
+                    value=text,
+                    file=override_label(text),
+                    kind="override",
+                )
+            )
+    return conf
+
+
+def _check_indices(conf: Any, loc: tuple[Union[str, int], ...]) -> None:
+    """An index (``[2]``) of an override's key must name an item of an existing list
+    (OmegaConf would make a mapping with key ``"2"`` where there is no list)."""
+    from omegaconf import DictConfig, ListConfig
+
+    node: Any = conf
+    for depth, part in enumerate(loc):
+        if isinstance(part, int):
+            where = _fmt_loc(loc[:depth])
+            if not isinstance(node, ListConfig):
+                raise ValueError(f"{where} is not a list in the config, so [{part}] names nothing")
+            if part >= len(node):
+                raise ValueError(
+                    f"{where} has {len(node)} item(s), so [{part}] names nothing "
+                    "(an override changes an item; it cannot add one)"
+                )
+        elif not isinstance(node, (DictConfig, ListConfig)):
+            node = None  # a new or scalar node: keys below it are created ...
+        if node is not None:
+            try:
+                node = node._get_node(part)
+            except Exception:
+                return
+        if node is None and any(isinstance(p, int) for p in loc[depth + 1 :]):
+            # ... but an index below it names nothing
+            index = next(i for i, p in enumerate(loc) if i > depth and isinstance(p, int))
+            raise ValueError(
+                f"{_fmt_loc(loc[:index])} is not a list in the config, so "
+                f"[{loc[index]}] names nothing"
+            )
+        if node is None:
+            return
+
+
+def _set_by_path(data: Any, loc: tuple[Union[str, int], ...], value: Any) -> None:
+    node = data
+    for part in loc[:-1]:
+        if isinstance(node, list):
+            node = node[int(part)]
+        else:
+            if not isinstance(node.get(part), (dict, list)):
+                node[part] = {}
+            node = node[part]
+    if isinstance(node, list):
+        node[int(loc[-1])] = value
+    else:
+        node[loc[-1]] = value
+
+
+def attribute_overrides(issues: list[ConfigIssue], overrides: Sequence[str]) -> list[ConfigIssue]:
+    """Name the override as the source of each issue about a value it set (its key or a key
+    below it; the last such override wins), instead of a line of the file. In place; returns
+    ``issues``."""
+    keyed: list[tuple[tuple[str, ...], str]] = []
+    for text in overrides:
+        try:
+            key, _ = parse_override(text)
+        except ValueError:
+            continue
+        keyed.append((_override_loc(key), text))
+    for issue in issues:
+        if issue.kind == "override":
+            continue
+        loc = tuple(str(part) for part in (issue.loc or _parse_path(issue.path)))
+        for key_loc, text in reversed(keyed):
+            if key_loc and loc[: len(key_loc)] == key_loc:
+                issue.file, issue.line = override_label(text), None
+                break
+    return issues
 
 
 def _yaml_syntax_issue(exc: yaml.YAMLError, label: str) -> ConfigIssue:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import math
-import os
-import time
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Union
 
-from . import _utils
 from ._errors import _fmt_loc
+from ._run_rules import mode_names, rule_run, train_batch_size_required
 from ._sections import (
     _NO_GPU_ENGINES,
     _SFT_LIKE,
@@ -19,7 +17,6 @@ from ._sections import (
 )
 from ._usable import rule_model_context, rule_paths
 from ._utils import _Checker, _set_derived
-from .modes import RUN_MODES, RunModeSpec
 
 if TYPE_CHECKING:
     from ._core import Config
@@ -28,11 +25,6 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------------------
 # The cross-field rules
 # --------------------------------------------------------------------------------------
-
-
-def _mode_names(question: Callable[[RunModeSpec], bool]) -> str:
-    """The modes whose row answers yes, for messages: ``'bench'``, ``'both' or 'colocate'``."""
-    return " or ".join(repr(spec.name) for spec in RUN_MODES.values() if question(spec))
 
 
 def _apply_rules(c: _Checker) -> None:
@@ -48,7 +40,7 @@ def _apply_rules(c: _Checker) -> None:
     _rule_data_processor(c, cfg)
     rule_model_context(c, cfg)
     if c.run_checks:
-        _rule_run(c, cfg)
+        rule_run(c, cfg)
         rule_paths(c, cfg)
 
 
@@ -74,7 +66,7 @@ def _rule_model(c: _Checker, cfg: Config) -> None:
         )
     if model.external_model.enable:
         if not cfg.run_mode.evaluates_checkpoints:
-            allowed = _mode_names(lambda spec: spec.evaluates_checkpoints)
+            allowed = mode_names(lambda spec: spec.evaluates_checkpoints)
             c.error(
                 ("model", "external_model", "enable"),
                 True,
@@ -340,10 +332,6 @@ def _rule_synchronizer(c: _Checker, cfg: Config) -> None:
         _set_derived(cfg.explorer, "eval_interval", new)
 
 
-def _train_batch_size_required(cfg: Config) -> bool:
-    return cfg.run_mode.trains_on_dataset or cfg.algorithm.algorithm_type in _SFT_LIKE
-
-
 def _fill_taskset(
     c: _Checker,
     cfg: Config,
@@ -394,36 +382,11 @@ def _fill_taskset(
         _set_derived(taskset, "data_selector", taskset.task_selector)
 
 
-def _rename_over_earlier_run(c: _Checker, cfg: Config) -> None:
-    """Trinity-RFT's rule: with ``continue_from_checkpoint: false``, a run whose directory
-    already holds an earlier run's output is renamed ``<name>_<timestamp>``, so it neither
-    resumes nor appends to (or overwrites) what is there. Bench reads the checkpoints of its
-    directory and is never renamed; a ``stages:`` config decides per stage."""
-    if cfg.continue_from_checkpoint or not cfg.run_mode.resumable:
-        return
-    if cfg.stages:
-        return
-    job_dir = cfg.get_checkpoint_job_dir()
-    if not os.path.isdir(job_dir) or not os.listdir(job_dir):
-        return
-    old_namespace = "/".join(p for p in (cfg.project, cfg.group, cfg.name) if p)
-    cfg.name = f"{cfg.name}_{time.strftime('%Y%m%d%H%M%S')}"
-    if cfg.ray_namespace == old_namespace:
-        _set_derived(
-            cfg, "ray_namespace", "/".join(p for p in (cfg.project, cfg.group, cfg.name) if p)
-        )
-    c.warn(
-        f"continue_from_checkpoint is false and {job_dir} holds an earlier run's output: "
-        f"this run is renamed {cfg.name!r} and writes to {cfg.get_checkpoint_job_dir()} "
-        "(the earlier run is left untouched; set continue_from_checkpoint: true to resume it)"
-    )
-
-
 def _rule_buffer(c: _Checker, cfg: Config) -> None:
     buffer = cfg.buffer
     algo = cfg.algorithm
     # train_batch_size
-    if not buffer.train_batch_size and not _train_batch_size_required(cfg):
+    if not buffer.train_batch_size and not train_batch_size_required(cfg):
         _set_derived(buffer, "train_batch_size", buffer.batch_size * algo.repeat_times)
     tbs = buffer.train_batch_size
     if tbs and cfg.cluster.trainer_gpu_num and tbs % cfg.cluster.trainer_gpu_num:
@@ -534,145 +497,6 @@ def _rule_data_processor(c: _Checker, cfg: Config) -> None:
             _set_derived(task_pipeline, "output", tasksets[0])
 
 
-def _rule_run(c: _Checker, cfg: Config) -> None:
-    """Requirements of an actual run on this machine (``check_and_update``)."""
-    mode = cfg.run_mode
-    model = cfg.model
-    external = model.external_model.enable
-    if not model.model_path and not external:
-        c.error(("model", "model_path"), model.model_path, "a model path is required to run")
-    if model.max_model_len is None and not external and not model.tinker.enable:
-        c.error(
-            ("model", "max_model_len"),
-            None,
-            "cannot determine the context length: set model.max_model_len, or both "
-            "model.max_prompt_tokens and model.max_response_tokens",
-        )
-    # checkpoint directory
-    if mode.saves and not cfg.checkpoint_root_dir:
-        c.error(
-            ("checkpoint_root_dir",),
-            cfg.checkpoint_root_dir,
-            f"required in mode '{mode.name}' (checkpoints, logs and buffers are written there)",
-        )
-    if cfg.checkpoint_root_dir:
-        root = os.path.abspath(cfg.checkpoint_root_dir)
-        _set_derived(cfg, "checkpoint_root_dir", root)
-        _rename_over_earlier_run(c, cfg)
-        job_dir = cfg.get_checkpoint_job_dir()
-        _set_derived(cfg, "checkpoint_job_dir", job_dir)
-        _set_derived(cfg.log, "save_dir", os.path.join(job_dir, "log"))
-        _set_derived(cfg.monitor, "cache_dir", os.path.join(job_dir, "monitor"))
-        _set_derived(cfg.buffer, "cache_dir", os.path.join(job_dir, "buffer"))
-    # task sets
-    explorer_input = cfg.buffer.explorer_input
-    tasksets = explorer_input.get_tasksets()
-    train_loc: tuple[Union[str, int], ...] = (
-        ("buffer", "explorer_input", "taskset")
-        if explorer_input.taskset is not None or not explorer_input.tasksets
-        else ("buffer", "explorer_input", "tasksets")
-    )
-    if mode.needs_taskset:
-        if not tasksets:
-            c.error(
-                train_loc,
-                None,
-                f"mode '{mode.name}' needs a train task set: set "
-                "buffer.explorer_input.taskset.path",
-            )
-        for i, taskset in enumerate(tasksets):
-            if not taskset.path:
-                loc = train_loc if explorer_input.taskset is not None else train_loc + (i,)
-                c.error(
-                    loc + ("path",), taskset.path, f"mode '{mode.name}' needs the task set's path"
-                )
-    if mode.uses_eval_tasksets:
-        for i, taskset in enumerate(explorer_input.eval_tasksets):
-            if not taskset.path:
-                c.error(
-                    ("buffer", "explorer_input", "eval_tasksets", i, "path"),
-                    taskset.path,
-                    "every eval task set needs a path",
-                )
-    if mode.evaluates_checkpoints:
-        if not explorer_input.eval_tasksets:
-            c.error(
-                ("buffer", "explorer_input", "eval_tasksets"),
-                [],
-                f"mode '{mode.name}' needs at least one eval task set to evaluate on",
-            )
-    # trainer input
-    exp = cfg.buffer.trainer_input.experience_buffer
-    if mode.trains_on_dataset:
-        if exp is None:
-            c.error(
-                ("buffer", "trainer_input", "experience_buffer"),
-                None,
-                f"mode '{mode.name}' needs a data set or buffer to train on: set "
-                "buffer.trainer_input.experience_buffer (storage_type and path)",
-            )
-        elif exp.storage_type == "file" and not exp.path:
-            c.error(
-                ("buffer", "trainer_input", "experience_buffer", "path"),
-                exp.path,
-                "a 'file' experience buffer needs a path",
-            )
-    if (
-        _train_batch_size_required(cfg)
-        and not cfg.buffer.train_batch_size
-        and not mode.evaluates_checkpoints
-    ):
-        c.error(
-            ("buffer", "train_batch_size"),
-            cfg.buffer.train_batch_size,
-            f"must be set explicitly when mode is {_mode_names(lambda s: s.trains_on_dataset)} "
-            "or algorithm_type is 'sft'/'dpo'",
-        )
-    # A buffer the run writes gets a path in the cache directory; an SFT/DPO data set is read,
-    # never written, so it keeps no path and the algorithm type's check asks for one.
-    sft_like = cfg.algorithm.algorithm_type in _SFT_LIKE
-    if exp is not None and not exp.path and cfg.buffer.cache_dir and not sft_like:
-        if exp.storage_type == "sql":
-            path = "sqlite:///" + os.path.join(cfg.buffer.cache_dir, f"{exp.name}.db")
-        else:
-            path = os.path.join(cfg.buffer.cache_dir, f"{exp.name}.jsonl")
-        _set_derived(exp, "path", path)
-    pipeline = cfg.data_processor.experience_pipeline
-    if (
-        mode.writes_experiences
-        and pipeline.save_input
-        and pipeline.input_save_path is None
-        and cfg.buffer.cache_dir
-    ):
-        _set_derived(
-            pipeline,
-            "input_save_path",
-            "sqlite:///" + os.path.join(cfg.buffer.cache_dir, "explorer_output.db"),
-        )
-    task_pipeline = cfg.data_processor.task_pipeline
-    if (
-        task_pipeline is not None
-        and task_pipeline.output is None
-        and not mode.evaluates_checkpoints
-    ):
-        c.error(
-            ("data_processor", "task_pipeline", "output"),
-            None,
-            "the task pipeline needs an output: set it or a train task set",
-        )
-    # NCCL needs CUDA
-    # (colocate has turned nccl into memory already: one device holds both sides)
-    both_apart = mode.explores_and_trains and not mode.colocated
-    if cfg.synchronizer.sync_method == "nccl" and both_apart and not _cuda_available():
-        c.warn(
-            "CUDA is not available, so weights cannot be synchronised over NCCL; "
-            "synchronizer.sync_method set to 'checkpoint'."
-        )
-        _set_derived(cfg.synchronizer, "sync_method", "checkpoint")
-        for engine in (cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models):
-            _set_derived(engine, "sync_method", "checkpoint")
-
-
 def _rule_colocate(c: _Checker, cfg: Config) -> None:
     """``mode: colocate``: the rollout engine and the trainer share the devices and take turns
     (generate, engine sleeps, train, weights in memory, engine wakes), so the explorer can
@@ -705,9 +529,3 @@ def _rule_colocate(c: _Checker, cfg: Config) -> None:
         # nccl is the default; silently memory: the engine and the trainer share a device
         # (NCCL cannot connect two ranks on one GPU) and the weights never leave the machine
         _set_derived(sync, "sync_method", "memory")
-
-
-def _cuda_available() -> bool:
-    # looked up on the module at call time, so tests can patch
-    # ``trinity.common.config._utils.cuda_is_available``
-    return bool(_utils.cuda_is_available())

@@ -5,15 +5,31 @@
   to (``max_position_embeddings``, times a RoPE scaling ``factor`` where one is configured).
   A hub id or a model that does not exist yet (the quickstart builds its own) is not read.
 * :func:`rule_paths` (run level, ``check_and_update``): inputs a run reads must exist and be
-  readable; outputs a run writes need a writable place. Only paths that are unmistakably local
-  are checked (absolute, ``./``, ``../`` or ``~``): a relative name such as ``openai/gsm8k``
-  may be a hub data set and is left to the reader.
+  readable; outputs a run writes need a writable place.
+
+  - Models (``model.model_path``, an explicit ``critic_model_path``, ``explorer.rollout_model``
+    and ``auxiliary_models[*].model_path``), where the run loads them (the trainer, rollout
+    engines that load weights): a directory holding ``config.json``. A value shaped like a
+    hub id (``name`` or ``namespace/name``; not ``./``, ``/``, ``~``, and no existing local
+    directory as its first part) is accepted when the Hugging Face cache holds it, or when
+    ``TRINITY_ALLOW_HUB_MODELS=1`` says the run may download it; otherwise it is refused
+    before anything starts (no model hub may be reachable from this machine). Anything
+    else that does not exist is a local path with a typo: refused, showing the absolute
+    path it resolved to.
+  - Data (task sets, eval sets, the data set of mode ``train``, auxiliary buffers of
+    ``storage_type: file``): relative paths resolve against the current directory, as the
+    task-set loader resolves them (``trinity.buffer.taskset.loading``). A relative name
+    the loader would send to the hub (``openai/gsm8k``: one slash at most, no data-file
+    suffix, no existing local directory as its first part) is left to it; any other path
+    must exist.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ._utils import _Checker
@@ -93,15 +109,121 @@ def _explicitly_local(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~")) or path in (".", "..")
 
 
-def _check_input(c: _Checker, loc: Loc, path: Optional[str], kind: str) -> None:
-    """An input path that is unmistakably local must exist and be readable."""
-    if not path or "://" in path or not _explicitly_local(path):
+#: Set to 1 to let a run download a model named by a hub id (refused by default: see
+#: :func:`_check_model`).
+ALLOW_HUB_MODELS_ENV = "TRINITY_ALLOW_HUB_MODELS"
+
+# A hub repository id: ``name`` or ``namespace/name``.
+_HUB_MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+# What the task-set loader sends to the hub (``trinity.buffer.taskset.loading._HUB_NAME``;
+# core cannot import the buffer package, so the rule is repeated here).
+_HUB_DATA_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_DATA_FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+# Engines that load the model's weights from ``model_path`` (``external`` and ``tinker``
+# talk to a service; a plugin engine decides for itself).
+_WEIGHT_LOADING_ENGINES = frozenset({"vllm", "vllm_async", "transformers", "sglang"})
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _relative_note(path: str) -> str:
+    if os.path.isabs(os.path.expanduser(path)):
+        return ""
+    return f"; relative paths are read from the current directory, {os.getcwd()}"
+
+
+def _first_part_is_local_dir(path: str) -> bool:
+    """``examples/arithmetc``: ``examples`` is a directory here, so this is a local path."""
+    head = path.split("/", 1)[0]
+    return "/" in path and os.path.isdir(head)
+
+
+def hub_cache_dir() -> str:
+    """The Hugging Face hub cache (``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``~/.cache/huggingface/hub``), without importing ``huggingface_hub``."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return os.path.expanduser(os.environ[var])
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
+    )
+    return os.path.join(os.path.expanduser(home), "hub")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether the hub cache holds a snapshot of model ``repo_id`` with its ``config.json``."""
+    folder = os.path.join(hub_cache_dir(), "models--" + repo_id.replace("/", "--"), "snapshots")
+    return bool(glob.glob(os.path.join(glob.escape(folder), "*", "config.json")))
+
+
+def _check_model(c: _Checker, loc: Loc, path: Optional[str], kind: str) -> None:
+    """A model the run loads: a local Hugging Face model directory, or a hub id the run may
+    use (cached, or ``TRINITY_ALLOW_HUB_MODELS=1``); see the module docstring."""
+    if not path or "://" in path:  # hdfs://, s3://: fetched by the trainer's own copy step
         return
-    full = os.path.expanduser(path)
-    if not os.path.exists(full):
-        c.error(loc, path, f"{kind} does not exist (a local path: {os.path.abspath(full)})")
-    elif not os.access(full, os.R_OK):
-        c.error(loc, path, f"{kind} is not readable by this user")
+    full = os.path.abspath(os.path.expanduser(path))
+    if os.path.exists(full):
+        if not os.path.isdir(full):
+            c.error(
+                loc, path, f"{kind} must be a Hugging Face model directory, but {full} is a file"
+            )
+        elif not os.access(full, os.R_OK | os.X_OK):
+            c.error(loc, path, f"{kind} at {full} is not readable by this user")
+        elif not os.path.isfile(os.path.join(full, "config.json")):
+            entries = sorted(os.listdir(full))
+            shown = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
+            c.error(
+                loc,
+                path,
+                f"{kind} at {full} is not a Hugging Face model directory: it holds no "
+                f"config.json ({'its files: ' + shown if entries else 'it is empty'})",
+            )
+        return
+    hub_shaped = (
+        not _explicitly_local(path)
+        and bool(_HUB_MODEL_ID.match(path))
+        and not _first_part_is_local_dir(path)
+    )
+    if not hub_shaped:
+        c.error(loc, path, f"{kind} does not exist: no directory {full}{_relative_note(path)}")
+        return
+    if _in_hub_cache(path) or _env_flag(ALLOW_HUB_MODELS_ENV):
+        return
+    offline = _env_flag("HF_HUB_OFFLINE") or _env_flag("TRANSFORMERS_OFFLINE")
+    c.error(
+        loc,
+        path,
+        f"{kind} {path!r} is not a local model directory (no {full}) and not in the Hugging "
+        f"Face cache ({hub_cache_dir()}): as a hub id the run would download it when it loads "
+        "the model, and fail there if no model hub is reachable from this machine"
+        + (" (HF_HUB_OFFLINE is set)" if offline else "")
+        + f". Download it first (huggingface-cli download {path}; or add --local-dir DIR and "
+        "set the path to DIR) or point to a local model directory; or set "
+        f"{ALLOW_HUB_MODELS_ENV}=1 to let the run download it",
+    )
+
+
+def _check_input(c: _Checker, loc: Loc, path: Optional[str], kind: str) -> None:
+    """A data path a run reads must exist and be readable, unless the loader would read it
+    from the hub (relative paths resolve against the current directory, as the loader's)."""
+    if not path or "://" in path:
+        return
+    full = os.path.abspath(os.path.expanduser(path))
+    if os.path.exists(full):
+        if not os.access(full, os.R_OK):
+            c.error(loc, path, f"{kind} is not readable by this user ({full})")
+        return
+    hub_shaped = (
+        not _explicitly_local(path)
+        and not path.lower().endswith(_DATA_FILE_SUFFIXES)
+        and bool(_HUB_DATA_NAME.match(path))
+        and not _first_part_is_local_dir(path)
+    )
+    if hub_shaped:  # may be a hub data set: left to the reader
+        return
+    c.error(loc, path, f"{kind} does not exist (a local path: {full}){_relative_note(path)}")
 
 
 def _check_output(c: _Checker, loc: Loc, path: Optional[str], kind: str) -> None:
@@ -158,11 +280,41 @@ def _data_set_rows(path: str, name: str) -> Optional[str]:
     return None
 
 
+def _loaded_models(cfg: Config) -> list[tuple[Loc, str, str]]:
+    """``(loc, path, kind)`` of each model this run loads from a path (its tokenizers are
+    read from ``model.model_path`` too): the policy where the trainer or a weight-loading
+    rollout engine loads it, an explicit critic, rollout or auxiliary model."""
+    mode, model = cfg.run_mode, cfg.model
+    if model.external_model.enable or model.tinker.enable:  # served elsewhere
+        return []
+    rollout = cfg.explorer.rollout_model
+    engines = mode.uses_rollout_engines
+    rollout_loads = engines and rollout.engine_type in _WEIGHT_LOADING_ENGINES
+    own_rollout = bool(rollout.model_path) and rollout.model_path != model.model_path
+    found: list[tuple[Loc, str, str]] = []
+    if mode.trains or (rollout_loads and not own_rollout):
+        found.append((("model", "model_path"), model.model_path, "the model"))
+    if (
+        mode.trains
+        and "critic_model_path" in model.model_fields_set
+        and model.critic_model_path not in ("", model.model_path)
+    ):
+        found.append((("model", "critic_model_path"), model.critic_model_path, "the critic model"))
+    if rollout_loads and own_rollout:
+        loc = ("explorer", "rollout_model", "model_path")
+        found.append((loc, str(rollout.model_path), "the rollout model"))
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        if engines and aux.engine_type in _WEIGHT_LOADING_ENGINES and aux.model_path:
+            loc = ("explorer", "auxiliary_models", i, "model_path")
+            found.append((loc, aux.model_path, "the auxiliary model"))
+    return found
+
+
 def rule_paths(c: _Checker, cfg: Config) -> None:
     """Inputs exist and are readable, outputs have a writable place (run level)."""
     model = cfg.model
-    if model.model_path and os.path.exists(os.path.expanduser(model.model_path)):
-        _check_input(c, ("model", "model_path"), os.path.abspath(model.model_path), "the model")
+    for loc, path, kind in _loaded_models(cfg):
+        _check_model(c, loc, path, kind)
     if model.chat_template_path:
         full = os.path.expanduser(model.chat_template_path)
         if not os.path.isfile(full) or not os.access(full, os.R_OK):

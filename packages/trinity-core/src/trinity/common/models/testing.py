@@ -5,7 +5,11 @@ served model where it matters for workflow, buffer and trainer tests:
 
 * a tiny byte-level tokenizer (:class:`FakeTokenizer`) and chat template, exposed so tests
   can compute the exact tokens they expect;
-* scripted responses (a callable, a list used in order, one string, or a default reply);
+* scripted responses (a callable, a list used in order, one string, or a default reply); a
+  list is one script for the model and every clone of it
+  (:meth:`~ModelWrapper.clone_with_isolated_history` shares the engine, and the script is the
+  fake's engine): the n-th call, whichever clone makes it, gets the n-th reply, so runs of a
+  task get the same replies sequentially and concurrently;
 * logprobs that depend only on ``(context, token, temperature)`` through a cheap hash, so
   :meth:`~ModelWrapper.logprobs` reproduces the values reported at generation time;
 * a record of every call (:attr:`FakeModelWrapper.calls`);
@@ -264,6 +268,32 @@ class _Sample:
     finish_reason: str  # "stop" | "length"
 
 
+# --------------------------------------------------------------------------- the script
+class _Script:
+    """The scripted responses and the position in a list of them: the fake's "engine".
+
+    :meth:`ModelWrapper.clone_with_isolated_history` makes a shallow copy that shares the
+    engine; a clone of the fake shares this object, so the model and all its clones answer
+    from one script with one cursor (the n-th call made through any of them gets the n-th
+    reply), as one served model answers every clone's requests.
+    """
+
+    __slots__ = ("responses", "cursor", "lock")
+
+    def __init__(self, responses: ResponseSpec) -> None:
+        self.responses: ResponseSpec = responses
+        self.cursor = 0
+        self.lock = threading.Lock()
+
+    def take(self, items: Sequence[str], count: int) -> List[str]:
+        """The next ``count`` replies of the list ``items`` (cycled), in one step: the samples
+        of one call are consecutive replies even when other calls run at the same time."""
+        with self.lock:
+            start = self.cursor
+            self.cursor += count
+        return [items[(start + i) % len(items)] for i in range(count)]
+
+
 # --------------------------------------------------------------------------- the double
 class FakeModelWrapper(ModelWrapper):
     """Deterministic in-process model for tests (see the module docstring).
@@ -272,7 +302,14 @@ class FakeModelWrapper(ModelWrapper):
         responses: ``None`` (default reply ``"Fake reply #<i> to: <last message>"``), a
             string, a list of strings used in order and cycled across calls, or a
             callable ``fn(messages_or_prompt, sample_index, **gen_kwargs) -> str`` (it gets
-            only the keyword arguments its signature accepts).
+            only the keyword arguments its signature accepts). A list is shared with the
+            model's clones (:meth:`clone_with_isolated_history`): the n-th call made through
+            the model or any clone gets the n-th reply (a call with ``n`` samples takes ``n``
+            consecutive replies at once). Concurrent runs of a task each get a clone, and the
+            explorer starts them in run order, so a single-call run gets the reply its run
+            would get sequentially; when runs call the model several times their calls
+            interleave, and a callable that answers from the messages keeps the replies
+            independent of the order.
         model_path: Served model name (``client.models.list().data[0].id``).
         enable_history: Record produced Experiences for ``extract_experience_from_history``.
         model_version: Initial version; settable (``model.model_version = 3``).
@@ -306,18 +343,26 @@ class FakeModelWrapper(ModelWrapper):
             **kwargs,
         )
         self.tokenizer = FakeTokenizer()
-        self.responses: ResponseSpec = responses
+        self._script = _Script(responses)
         self.calls: List[FakeCall] = []
         self._lock = threading.Lock()
-        self._response_cursor = 0
         self._completion_counter = 0
 
     # ------------------------------------------------------------------ scripting
+    @property
+    def responses(self) -> ResponseSpec:
+        """The scripted responses (shared with this model's clones)."""
+        return self._script.responses
+
+    @responses.setter
+    def responses(self, responses: ResponseSpec) -> None:
+        self._script.responses = responses
+
     def set_responses(self, responses: ResponseSpec) -> None:
-        """Replace the scripted responses and restart list cycling."""
-        with self._lock:
-            self.responses = responses
-            self._response_cursor = 0
+        """Replace the scripted responses and restart list cycling (for the clones too)."""
+        with self._script.lock:
+            self._script.responses = responses
+            self._script.cursor = 0
 
     def calls_of(self, kind: str) -> List[FakeCall]:
         """Recorded calls of one ``kind``."""
@@ -332,29 +377,29 @@ class FakeModelWrapper(ModelWrapper):
             last = FakeTokenizer.content_text(request[-1].get("content")) if request else ""
         return f"Fake reply #{sample_index} to: {last[-40:]}"
 
-    def _reply(
+    def _replies(
         self,
         request: Union[str, List[Dict[str, Any]]],
-        sample_index: int,
+        n: int,
         gen_kwargs: Dict[str, Any],
-    ) -> str:
+    ) -> List[str]:
+        """The reply texts of the ``n`` samples of one call."""
         spec = self.responses
         if spec is None:
-            return self.default_reply(request, sample_index)
+            return [self.default_reply(request, i) for i in range(n)]
         if isinstance(spec, str):
-            return spec
+            return [spec] * n
         if callable(spec):
-            out = spec(request, sample_index, **self._accepted_kwargs(spec, gen_kwargs))
-            if not isinstance(out, str):
-                raise TypeError(f"response callable must return str, got {type(out).__name__}")
+            kwargs = self._accepted_kwargs(spec, gen_kwargs)
+            out = [spec(request, i, **kwargs) for i in range(n)]
+            for item in out:
+                if not isinstance(item, str):
+                    raise TypeError(f"response callable must return str, got {type(item).__name__}")
             return out
         items = list(spec)
         if not items:
             raise ValueError("FakeModelWrapper responses list is empty")
-        with self._lock:
-            reply = items[self._response_cursor % len(items)]
-            self._response_cursor += 1
-        return reply
+        return self._script.take(items, n)
 
     @staticmethod
     def _accepted_kwargs(fn: Callable[..., Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -411,8 +456,7 @@ class FakeModelWrapper(ModelWrapper):
         stop = gen_kwargs.get("stop")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         samples = []
-        for i in range(n):
-            text = self._reply(request, i, gen_kwargs)
+        for text in self._replies(request, n, gen_kwargs):
             cuts = [text.find(s) for s in stops if s and s in text]
             if cuts:
                 text = text[: min(cuts)]

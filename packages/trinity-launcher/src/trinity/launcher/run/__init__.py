@@ -3,6 +3,7 @@
 * :mod:`.clock` -- the sync clock (pure counters and the version an explore step needs);
 * :mod:`.policies` -- sync styles and colocation as policies handed to the coordinator;
 * :mod:`.coordinator` -- :class:`Coordinator`: the explore loop, the train loop, weight pushes;
+* :mod:`.ledger` -- the experiences queued for the trainer and not yet trained;
 * :mod:`.records` -- one metrics record per step;
 * :mod:`.plan` -- the config a run executes (derived values on a copy);
 * :mod:`.ray_session` -- the Ray a run joins or starts.
@@ -18,6 +19,7 @@ from trinity.utils.lazy import lazy_exports
 
 _EXPORTS = {
     "Coordinator": "trinity.launcher.run.coordinator",
+    "ExperienceLedger": "trinity.launcher.run.ledger",
     "ExplorerDrivenSync": "trinity.launcher.run.policies",
     "FixedSync": "trinity.launcher.run.policies",
     "RunSettings": "trinity.launcher.run.coordinator",

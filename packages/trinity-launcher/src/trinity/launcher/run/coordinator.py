@@ -28,19 +28,17 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from trinity.common.experience import Experience
-from trinity.launcher.checkpoint import (
-    EXPERIENCE_IDS_KEY,
-    ExperienceLedger,
-    RunCheckpointer,
-    experience_ids,
-)
 from trinity.launcher.run.clock import SyncClock
+from trinity.launcher.run.ledger import EXPERIENCE_IDS_KEY, ExperienceLedger, experience_ids
 from trinity.launcher.run.policies import SeparateDevices, SyncPolicy, TurnPolicy, Unsynced
 from trinity.launcher.run.records import DirectRecords
 from trinity.utils.log import get_logger
+
+if TYPE_CHECKING:
+    from trinity.launcher.checkpoint import RunCheckpointer
 
 __all__ = ["Coordinator", "ExplorerSide", "RunSettings", "TrainerSide", "WeightSync"]
 
