@@ -239,11 +239,16 @@ class RunSession:
                     close()
 
     def _trainer_needs_ray(self) -> bool:
+        """A run without an explorer needs Ray for several trainer ranks, or to read a queue
+        another job writes (a Ray queue actor: Trinity-RFT's explore + train jobs sharing one
+        queue on one cluster)."""
         if not self.spec.trains:
             return False
         from trinity.launcher.trainer.verl_compat import default_device
         from trinity.launcher.trainer.workers import trainer_world_size
 
+        if _reads_a_ray_queue(self.config):
+            return True
         return trainer_world_size(self.config, default_device()) > 1
 
     def _run_in_ray(self) -> Any:
@@ -338,6 +343,19 @@ class RunSession:
 def run(config: Config, **options: Any) -> Any:
     """Run ``config`` (checked) in its mode; see :class:`RunSession` for ``options``."""
     return RunSession(config, **options).run()
+
+
+def _reads_a_ray_queue(config: Config) -> bool:
+    """The trainer reads a queue that lives in a Ray actor (``wrap_in_ray``, the default for a
+    ``queue`` / ``priority_queue``), which another process may write."""
+    trainer_input = config.buffer.trainer_input
+    buffers = [trainer_input.experience_buffer, *(trainer_input.auxiliary_buffers or {}).values()]
+    return any(
+        b is not None
+        and str(b.storage_type).lower() in ("queue", "priority_queue")
+        and getattr(b, "wrap_in_ray", True)
+        for b in buffers
+    )
 
 
 def _end_of_data() -> tuple[type[BaseException], ...]:
