@@ -76,11 +76,24 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   fi
 fi
 
+# The launcher's and the cross-package suites are mostly waits (engines starting, Ray, subprocess
+# runs): one pytest keeps about 0.6 of 2 cores busy. pytest-xdist spreads their test files over
+# TRINITY_TEST_WORKERS processes (3 by default; 0 runs them in this process). A file stays on one
+# worker, so its module-scoped Ray cluster and tiny model are built once.
+WORKERS=${TRINITY_TEST_WORKERS:-3}
+workers_of() {
+  case $1 in
+    trinity-launcher|root) [ "$WORKERS" -gt 0 ] && echo "-n $WORKERS --dist loadfile" ;;
+  esac
+  return 0
+}
+
 run_pytest() {  # name python test-path
   local name=$1 python=$2 path=$3 rc=0
-  echo "=== [$name] pytest $path"
+  echo "=== [$name] pytest $path $(workers_of "$name")"
   # shellcheck disable=SC2086
-  "$python" -m pytest "$path" -p no:cacheprovider --junitxml="$ARTIFACTS/junit-$name.xml" ${PYTEST_ARGS:-} || rc=$?
+  "$python" -m pytest "$path" -p no:cacheprovider --junitxml="$ARTIFACTS/junit-$name.xml" \
+    $(workers_of "$name") ${PYTEST_ARGS:-} || rc=$?
   if [ "$rc" -eq 5 ]; then
     echo "=== [$name] FAILED: pytest collected no tests in $path (exit 5)" >&2
     failed+=("$name (no tests)")
