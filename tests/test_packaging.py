@@ -21,8 +21,9 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACES = {
-    # trinity.testing is the contract test kit that trinity-core ships (docs/testing-plugins.md)
-    "trinity_core": ("trinity/common/", "trinity/utils/", "trinity/testing/"),
+    # trinity.testing is the contract test kit that trinity-core ships (docs/testing-plugins.md);
+    # trinity.plugins is Trinity-RFT's package of user plugin modules (only its __init__.py)
+    "trinity_core": ("trinity/common/", "trinity/utils/", "trinity/testing/", "trinity/plugins/"),
     "trinity_algorithms": ("trinity/algorithm/",),
     # trinity.data: Trinity-RFT's older operator and pipeline paths (aliases; docs/compat.md)
     "trinity_buffer": ("trinity/buffer/", "trinity/data/"),

@@ -573,11 +573,11 @@ def test_guide_opmd_and_reward_filter_train_in_mode_both(tmp_path, tiny_model):
 
     # every process (driver and Ray workers) resolved the guide's names to the guide's classes
     records = [json.loads(p.read_text()) for p in record_dir.glob("*.json")]
-    expected = {
-        "algorithm_type/opmd": "guide_opmd_algorithm.OPMDAlgorithm",
-        "advantage_fn/opmd": "guide_opmd_advantage.OPMDGroupAdvantage",
-        "policy_loss_fn/opmd": "guide_opmd_policy_loss.OPMDPolicyLossFn",
-        "experience_operators/reward_filter": "guide_reward_filter.RewardFilter",
+    expected = {  # plugin files are trinity.plugins.<file name> (Trinity-RFT 0.6)
+        "algorithm_type/opmd": "trinity.plugins.guide_opmd_algorithm.OPMDAlgorithm",
+        "advantage_fn/opmd": "trinity.plugins.guide_opmd_advantage.OPMDGroupAdvantage",
+        "policy_loss_fn/opmd": "trinity.plugins.guide_opmd_policy_loss.OPMDPolicyLossFn",
+        "experience_operators/reward_filter": "trinity.plugins.guide_reward_filter.RewardFilter",
     }
     assert records and all(r == expected for r in records)
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from trinity.utils.registry import UnknownModuleError
+
 UPSTREAM = Path(__file__).resolve().parent / "upstream"
 
 _DUAL_CLIP = (
@@ -41,6 +43,11 @@ _LAYOUT = (
     "Experience keeps per-token fields over the response only: a full-length action_mask / "
     "logprobs is accepted and trimmed to its response part, so it does not compare equal "
     "to the full-length input. docs/compat.md"
+)
+_REGISTRY_GET = (
+    "This registry_test.py predates Trinity-RFT 0.6: it expects Registry.get of an unknown name "
+    "to return None, where 0.6 (and ours) raise a ValueError (ours lists the known names). "
+    "docs/compat.md"
 )
 
 #: test node id suffix -> (reason, exception the test must fail with)
@@ -73,6 +80,13 @@ DOCUMENTED_DIFFERENCES: dict[str, tuple[str, type[BaseException]]] = {
     ),
     "common/experience_test.py::TestExperienceConversion::"
     "test_experience_model_experience_conversion": (_LAYOUT, AssertionError),
+    **{
+        f"common/registry_test.py::TestRegistry::test_{part}_registry_mapping": (
+            _REGISTRY_GET,
+            UnknownModuleError,
+        )
+        for part in ("common_module", "algorithm", "buffer_module", "utils_module")
+    },
 }
 
 #: test node id suffix -> reason it cannot run here (GPU, model hub, cluster).
@@ -97,4 +111,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=OUT_OF_SCOPE[node]))
         elif node in DOCUMENTED_DIFFERENCES:
             reason, raises = DOCUMENTED_DIFFERENCES[node]
-            item.add_marker(pytest.mark.xfail(reason=reason, raises=raises, strict=True))
+            # The registry tests run subtests (one per registered name) that pass before the
+            # final unknown-name lookup raises; a strict mark would turn those passes into
+            # failures, so they get a non-strict one (still pinned to UnknownModuleError).
+            strict = raises is not UnknownModuleError
+            item.add_marker(pytest.mark.xfail(reason=reason, raises=raises, strict=strict))

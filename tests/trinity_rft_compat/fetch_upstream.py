@@ -7,6 +7,8 @@ SHA-256 of the copy these compatibility tests were written against::
     python tests/trinity_rft_compat/fetch_upstream.py
 
 then ``pytest tests/trinity_rft_compat`` runs them against our packages (see conftest.py).
+``--examples`` fetches Trinity-RFT's example configs into ``upstream_examples/`` instead, for
+test_upstream_examples.py.
 """
 
 from __future__ import annotations
@@ -54,7 +56,52 @@ FILES: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: Trinity-RFT's example configs checked by test_upstream_examples.py, fetched with
+#: ``--examples`` into ``upstream_examples/`` under their repository paths: path -> commit (a
+#: pinned commit fixes the content; several are the pre-0.6 versions still in its history)
+EXAMPLES_DIR = Path(__file__).resolve().parent / "upstream_examples"
+EXAMPLES: dict[str, str] = {
+    "examples/agentscope_react/gsm8k.yaml": "2acdbc6d985c86ccd75ba39a2b1e677b19f326f1",
+    "examples/asymre_gsm8k/gsm8k.yaml": "705d548d6554144295641a6ca98f358a3becddf8",
+    "examples/asymre_math/math.yaml": "3b3f4b0fae29e7ae08c6cdbce41123915dd46eac",
+    "examples/async_gsm8k/trainer.yaml": "656650f42e9a5ced4b88ca4989d93cb369466ccc",
+    "examples/dapo_math/dapo.yaml": "656650f42e9a5ced4b88ca4989d93cb369466ccc",
+    "examples/dpo_human_in_the_loop/dpo.yaml": "049b898540ca76bffaaa3cbb188deb94501379ed",
+    "examples/dpo_humanlike/dpo.yaml": "049b898540ca76bffaaa3cbb188deb94501379ed",
+    "examples/grpo_alfworld_general_multi_step/alfworld.yaml": (
+        "1d081044980fbbc6623392a0ba8b245bc5f717a8"
+    ),
+    "examples/grpo_frozen_lake/frozen_lake.yaml": "176451357203de9de58e2635ffb6d915fe6ccced",
+    "examples/grpo_gsm8k/gsm8k.yaml": "c3d094d59bec0f069408f457944cafd0d1157af0",
+    "examples/grpo_lora_gsm8k/gsm8k.yaml": "d00b0e77e3b41fdd1c1f572215035740868811f1",
+    "examples/grpo_toolcall/toolace.yaml": "e3103b4431dbd1f4f6d46678c9d1cf2a07e795c4",
+    "examples/learn_to_ask/train.yaml": "253e92c42c4a48d71a53db19803b3e1beef5a7c8",
+    "examples/mix_chord/mix_chord.yaml": "041433056e9067e35a42a3943ecbaf89bef24518",
+    "examples/mix_math/mix_math.yaml": "18960d4eea98ceed25cba954ffeb2da132057e8c",
+    "examples/opmd_gsm8k/opmd_gsm8k.yaml": "0a967ab1283f24455066448da22412c4406ad177",
+    "examples/ppo_countdown/countdown.yaml": "049b898540ca76bffaaa3cbb188deb94501379ed",
+    "examples/ppo_countdown_megatron/countdown.yaml": "e3f5924d77a59f861edfcc2d90256fea9c9dd019",
+    "examples/rec_gsm8k/gsm8k.yaml": "049b898540ca76bffaaa3cbb188deb94501379ed",
+    "examples/sft_mot/sft.yaml": "f1dce148c8e6c755f8f8387d5ce074fa7a8e659b",
+    "examples/tinker/tinker.yaml": "9a4927f8490cb63734fa688f342c23c259077508",
+}
+
+
+def fetch_examples() -> int:
+    """Download :data:`EXAMPLES` into ``upstream_examples/`` (repository paths kept)."""
+    for path, commit in EXAMPLES.items():
+        url = f"https://raw.githubusercontent.com/{REPO}/{commit}/{path}"
+        data = urllib.request.urlopen(url, timeout=60).read()  # noqa: S310 - fixed https URL
+        target = EXAMPLES_DIR / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        print(f"{path} <- {url}")
+    return 0
+
+
 def main() -> int:
+    if "--examples" in sys.argv[1:]:
+        return fetch_examples()
     bad = 0
     for local, (path, commit, sha) in FILES.items():
         url = f"https://raw.githubusercontent.com/{REPO}/{commit}/{path}"

@@ -37,7 +37,7 @@ def test_every_builtin_declares_its_arguments(field: str, name: str) -> None:
     for key, value in (cls.default_args() or {}).items():
         assert key in fields, f"{cls.__name__}.default_args() has {key!r}, Args does not"
         assert fields[key].default == value, (cls.__name__, key)
-    skip = {"self", "readers", "kwargs"}
+    skip = {"self", "readers", "buffer_config", "kwargs"}  # wiring, not user arguments
     params = [p for p in inspect.signature(cls.__init__).parameters if p not in skip]
     assert set(params) <= set(fields), (cls.__name__, set(params) - set(fields))
     # the declared defaults build the component

@@ -386,3 +386,110 @@ def test_build_sample_strategy_merges_defaults_args_and_context():
     assert strategy.max_staleness == 3
     assert strategy.max_read_attempts == 64
     assert strategy.train_batch_size == 16
+
+
+# --------------------------------------------------------------------------------------
+# Trinity-RFT's constructor: SAMPLE_STRATEGY.get(name)(buffer_config=config.buffer, **args)
+# --------------------------------------------------------------------------------------
+
+#: rows of the in-memory storage below, by storage name
+_MEMORY: dict[str, list[Experience]] = {}
+
+
+class MemoryStorageReader(ListReader):
+    """A storage plugin (``storage_type: memory_rows``) over ``_MEMORY[config.name]``, as the
+    buffer's readers are built: ``cls(storage_config)``."""
+
+    def __init__(self, storage_config: Any) -> None:
+        super().__init__(_MEMORY[storage_config.name], storage_config.batch_size or 4)
+
+
+@pytest.fixture
+def memory_storage():
+    from trinity.common.storage import READER
+
+    READER.register_module("memory_rows", MemoryStorageReader, force=True)
+    yield _MEMORY
+    _MEMORY.clear()
+    READER.unregister("memory_rows")
+
+
+def _buffer_config(train_batch_size: int = 4, sft: bool = False):
+    from trinity.common.config import BufferConfig, ExperienceBufferConfig
+
+    config = BufferConfig(train_batch_size=train_batch_size)
+    config.trainer_input.experience_buffer = ExperienceBufferConfig(
+        name="rl_rows", storage_type="memory_rows"
+    )
+    if sft:
+        config.trainer_input.auxiliary_buffers = {
+            "sft_dataset": ExperienceBufferConfig(name="sft_rows", storage_type="memory_rows")
+        }
+    return config
+
+
+def test_trinity_rft_constructor_builds_readers_from_the_buffer_config(memory_storage):
+    memory_storage["rl_rows"] = [exp(version=v, reward=float(v)) for v in range(6)]
+    strategy = SAMPLE_STRATEGY.get("default")(buffer_config=_buffer_config(train_batch_size=4))
+    assert strategy.train_batch_size == 4
+    exps, metrics, samples = asyncio.run(strategy.sample(step=1))  # Trinity-RFT's 3 values
+    assert [e.model_version for e in exps] == [0, 1, 2, 3]
+    assert metrics["sample/model_version/max"] == 3.0
+    assert [s["reward"] for s in samples] == [0.0, 3.0]  # lowest and highest reward
+    # positional, as Trinity-RFT's subclasses call super().__init__(buffer_config)
+    again = DefaultSampleStrategy(_buffer_config(train_batch_size=2))
+    assert len(asyncio.run(again.sample(1))) == 3
+
+
+def test_trinity_rft_constructor_with_strategy_arguments(memory_storage):
+    memory_storage["rl_rows"] = [exp(version=v) for v in range(8)]
+    memory_storage["sft_rows"] = [exp(reward=0.0) for _ in range(8)]
+    staleness = StalenessControlSampleStrategy(
+        buffer_config=_buffer_config(train_batch_size=2), max_staleness=1
+    )
+    exps, _, _ = asyncio.run(staleness.sample(step=3))  # versions 0 and 1 are too old
+    assert [e.model_version for e in exps] == [2, 3]
+    mix = MixSampleStrategy(buffer_config=_buffer_config(4, sft=True), expert_data_ratio=0.5)
+    exps, metrics, _ = asyncio.run(mix.sample(step=1))
+    assert [e.info["is_expert"] for e in exps] == [False, False, True, True]
+    assert metrics["sample/expert_count"] == 2.0
+
+
+def test_readers_keep_the_two_value_result():
+    strategy = DefaultSampleStrategy({"experience_buffer": ListReader([exp(0)] * 4)})
+    assert len(asyncio.run(strategy.sample(1))) == 2
+
+
+def test_a_strategy_without_readers_or_buffer_config_is_refused():
+    with pytest.raises(TypeError, match="needs readers .* or buffer_config"):
+        DefaultSampleStrategy()
+
+
+def test_build_sample_strategy_gives_a_trinity_rft_strategy_the_buffer_config(memory_storage):
+    """A user's strategy written for Trinity-RFT: ``__init__(self, buffer_config, **kwargs)``,
+    three return values; the trainer's factory hands it the run's buffer config."""
+    memory_storage["rl_rows"] = [exp(version=v) for v in range(4)]
+
+    class UpstreamStyle(DefaultSampleStrategy):
+        def __init__(self, buffer_config, **kwargs):
+            super().__init__(buffer_config=buffer_config, **kwargs)
+            self.seen_config = buffer_config
+
+    buffer = _buffer_config(train_batch_size=2)
+    built = build_sample_strategy(UpstreamStyle, {}, {}, buffer_config=buffer)
+    assert built.seen_config is buffer
+    assert len(asyncio.run(built.sample(1))[0]) == 2
+    # this package's strategies still get the trainer's readers
+    readers = {"experience_buffer": ListReader([exp(0)] * 4)}
+    ours = build_sample_strategy("default", readers, {}, buffer_config=buffer)
+    assert ours.readers == readers and len(asyncio.run(ours.sample(1))) == 2
+
+
+def test_a_version_recorded_in_info_counts_as_trinity_rft_records_it():
+    rows = [exp(info={"model_version": v}) for v in (0, 1, 2, 3)]
+    strategy = StalenessControlSampleStrategy(
+        {"experience_buffer": ListReader(rows)}, train_batch_size=2, max_staleness=1
+    )
+    exps, metrics = sample(strategy, step=3)
+    assert [e.info["model_version"] for e in exps] == [2, 3]
+    assert metrics["sample/model_version/min"] == 2.0 and metrics["sample/stale_dropped"] == 2.0

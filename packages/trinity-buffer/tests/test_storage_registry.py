@@ -157,3 +157,22 @@ def test_an_unknown_storage_type_lists_the_registered_ones(plugin_storages) -> N
     (issue,) = schema.value.errors
     assert issue.path == "buffer.trainer_input.experience_buffer.storage_type"
     assert "'Memory'" in issue.message and "did you mean 'Memory'?" in issue.message
+
+
+def test_core_build_reader_uses_the_buffer_factory(tmp_path):
+    """``trinity.common.storage.build_reader`` (what a sample strategy built from Trinity-RFT's
+    BufferConfig uses) builds what ``get_buffer_reader`` builds: here, a SQL reader that sees the
+    writer's rows."""
+
+    from trinity.common.experience import Experience
+    from trinity.common.storage import build_reader
+
+    config = ExperienceBufferConfig(
+        name="via_core", storage_type="sql", path=str(tmp_path / "core.db"), batch_size=2
+    )
+    get_buffer_writer(config).write(
+        [Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=2) for _ in range(2)]
+    )
+    reader = build_reader(config)
+    assert type(reader) is type(get_buffer_reader(config))
+    assert len(reader.read()) == 2

@@ -35,3 +35,29 @@ def test_names_resolve_on_first_use_once_and_are_listed_before():
     assert done.returncode == 0, done.stderr
     assert "nope module 'lazy_pkg' has no attribute 'nope'" in done.stdout
     assert "x module 'fractions' has no attribute 'x'" in done.stdout
+
+
+def test_a_missing_provider_says_what_to_install():
+    """Core re-exports a sibling's names (Trinity-RFT's paths); without it installed the
+    error names the distribution to install."""
+    code = textwrap.dedent(
+        """
+        import sys, types
+        from trinity.utils.lazy import lazy_exports
+
+        pkg = types.ModuleType("shim_pkg")
+        sys.modules["shim_pkg"] = pkg
+        exports = {"helper": "trinity_absent_sibling.tools", "fraction": "fractions"}
+        pkg.__getattr__, pkg.__dir__ = lazy_exports("shim_pkg", exports, provider="trinity-x")
+        try:
+            pkg.helper
+        except ImportError as exc:
+            print(type(exc).__name__, exc)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "ImportError shim_pkg.helper is provided by the trinity-x package, which is not "
+        "installed (pip install trinity-x)"
+    )

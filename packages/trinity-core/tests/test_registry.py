@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import sys
 import textwrap
 import uuid
@@ -72,10 +73,10 @@ def test_unknown_name_lists_known_names_and_closest_match():
     reg = _registry()
     for name in ("math_workflow", "simple_workflow", "countdown_workflow"):
         reg.register_module(name, type(name, (), {}))
-    assert reg.get("math_workflw") is None  # Trinity-RFT's contract: get() of a stranger
     with pytest.raises(UnknownModuleError) as info:
-        reg["math_workflw"]  # the framework's lookups raise, naming the closest match
+        reg.get("math_workflw")  # Trinity-RFT 0.6: a ValueError; ours names the closest match
     err = info.value
+    assert isinstance(err, ValueError)
     assert isinstance(err, KeyError)
     assert err.suggestion == "math_workflow"
     text = str(err)
@@ -178,13 +179,49 @@ def test_trinity_rft_keyword_names_and_both_exception_families():
 
     reg.register_module(module_name="a", module_cls=A)
     assert reg.get("a") is A
-    assert reg.get("b") is None
+    with pytest.raises(ValueError):
+        reg.get("b")
     with pytest.raises(ValueError):
         reg["b"]
     with pytest.raises(KeyError):
         reg["b"]
     with pytest.raises(KeyError, match="already taken"):
         reg.register_module("a", int)
+
+
+def test_get_of_none_is_none():
+    """Trinity-RFT 0.6: an optional component left unset (``None``) looks up as ``None``."""
+    assert _registry().get(None) is None
+
+
+def test_get_imports_a_dotted_path_and_registers_it_under_that_path():
+    reg = _registry()
+    path = "collections.OrderedDict"
+    assert path not in reg
+    assert reg.get(path) is collections.OrderedDict
+    assert path in reg and reg.modules[path] is collections.OrderedDict
+    assert reg.get(path) is collections.OrderedDict  # the second time from the registry
+
+
+def test_get_of_a_dotted_path_that_does_not_import_is_an_import_error():
+    reg = _registry()
+    with pytest.raises(ImportError, match=r"no_such_module_xyz"):
+        reg.get("no_such_module_xyz.Thing")
+    with pytest.raises(ImportError, match=r"NoSuchClass"):
+        reg.get("collections.NoSuchClass")
+    # a name with a dot that is not a module path stays an unknown name
+    with pytest.raises(UnknownModuleError, match=r"Unknown .* 'qwen2\.5 chat'"):
+        reg.get("qwen2.5 chat")
+
+
+def test_a_registered_name_with_dots_is_not_imported():
+    reg = _registry()
+
+    class Dotted:
+        pass
+
+    reg.register_module("my.dotted.name", Dotted)
+    assert reg.get("my.dotted.name") is Dotted
 
 
 # ---------------------------------------------------------------------- user code over built-ins

@@ -155,3 +155,55 @@ def test_a_bad_max_step_num_is_an_error():
 
     with pytest.raises(ValueError, match=r"NoSteps.max_step_num is 0; expected an int >= 1"):
         run_task(Task(workflow=NoSteps, raw_task={}), _model())
+
+
+class LengthLimited(RewardPropagationWorkflow):
+    """Asks for a short reply at step ``cut_at`` (``max_tokens=1``): that reply is truncated."""
+
+    cut_at = 1
+
+    @property
+    def max_step_num(self):
+        return 5
+
+    def step(self, step_num):
+        limit = 1 if step_num == self.cut_at else None
+        self.model.chat(Q, max_tokens=limit)
+        return True  # the agent would go on; the truncated reply must stop it
+
+    def reward(self, exps):
+        return 1.0
+
+
+def test_a_truncated_response_ends_the_run_after_its_step():
+    model = FakeModelWrapper(responses="a long reply of many words", enable_history=True)
+    exps = run_task(Task(workflow=LengthLimited, raw_task={}), model)
+    assert [e.eid.step for e in exps] == [0, 1]  # the truncated step is kept, no step 2
+    assert exps[1].truncate_status == "response_truncated"
+    assert all(e.metrics["actual_env_steps"] == 2.0 for e in exps)
+
+
+def test_a_truncated_response_ends_an_async_step_wise_run_too():
+    class AsyncLimited(AsyncStepWiseRewardWorkflow):
+        @property
+        def max_step_num(self):
+            return 4
+
+        async def step_async(self, step_num):
+            await self.model.chat_async(Q, max_tokens=1 if step_num == 2 else None)
+            return True
+
+        async def reward_async(self, exps, step_num):
+            return float(step_num)
+
+    model = FakeModelWrapper(responses="a long reply of many words", enable_history=True)
+    exps = run_task(Task(workflow=AsyncLimited, raw_task={}), model)
+    assert [(e.eid.step, e.reward) for e in exps] == [(0, 0.0), (1, 1.0), (2, 2.0)]
+
+
+def test_a_model_without_history_is_also_an_assertion_error_as_trinity_rft_raised():
+    from trinity.common.workflows.step_wise_workflow import HistoryDisabledError
+
+    with pytest.raises(AssertionError) as info:
+        Propagator(task=Task(workflow=Propagator, raw_task={}), model=FakeModelWrapper("x"))
+    assert isinstance(info.value, (HistoryDisabledError, ValueError))

@@ -58,7 +58,12 @@ def test_constants_enums_of_trinity_rft():
     # names and values as Trinity-RFT's trinity.common.constants
     assert [m.value for m in c.StorageType][:3] == ["sql", "queue", "file"]
     assert {m.name for m in c.SyncMethod} >= {"NCCL", "CHECKPOINT"}
-    assert [m.value for m in c.SyncStyle] == ["fixed", "dynamic_by_trainer", "dynamic_by_explorer"]
+    assert [m.value for m in c.SyncStyle] == [
+        "fixed",
+        "dynamic_by_trainer",
+        "dynamic_by_explorer",
+        "fully_async",
+    ]
     assert [m.value for m in c.PromptType] == ["messages", "chatpair", "plaintext"]
     assert (c.TaskType.EXPLORE.value, c.TaskType.EVAL.value) == (0, 1)
     assert c.RunningStatus("require_sync") is c.RunningStatus.REQUIRE_SYNC
@@ -78,3 +83,60 @@ def test_constants_enums_of_trinity_rft():
     with pytest.raises(AttributeError, match="StorageType has no member 'tape'; members: SQL"):
         c.StorageType.tape  # noqa: B018
     assert not hasattr(c.StorageType, "tape")
+
+
+def test_constants_of_trinity_rft_0_6():
+    """Every public name of Trinity-RFT 0.6's ``trinity.common.constants``, with its values."""
+    from trinity.common import constants as c
+
+    assert c.CHECKPOINT_ROOT_DIR_ENV_VAR == "TRINITY_CHECKPOINT_ROOT_DIR"
+    assert c.PREVIOUS_STAGE_CHECKPOINT_DIR_ENV_VAR == "TRINITY_PREV_STAGE_CKPT_DIR"
+    assert c.MODEL_PATH_ENV_VAR == "TRINITY_MODEL_PATH"
+    assert c.TASKSET_PATH_ENV_VAR == "TRINITY_TASKSET_PATH"
+    assert c.BUFFER_PATH_ENV_VAR == "TRINITY_BUFFER_PATH"
+    assert c.PLUGIN_DIRS_ENV_VAR == "TRINITY_PLUGIN_DIRS"
+    assert c.LOG_DIR_ENV_VAR == "TRINITY_LOG_DIR"
+    assert c.LOG_LEVEL_ENV_VAR == "TRINITY_LOG_LEVEL"
+    assert c.LOG_NODE_IP_ENV_VAR == "TRINITY_LOG_NODE_IP"
+    assert c.MAX_EXP_BYTES_ENV_VAR == "TRINITY_MAX_EXP_SIZE"
+    assert c.DEBUG_NAMESPACE == "TRINITY_DEBUG_NAMESPACE"
+    assert c.MAX_MODEL_LEN == 4096
+    assert c.SaveStrategy("SINGLE_NODE") is c.SaveStrategy.single_node
+    assert [m.value for m in c.SaveStrategy] == [
+        "single_thread",
+        "single_process",
+        "single_node",
+        "unrestricted",
+    ]
+    # 0.6's names of the dynamic sync styles, as names and as values
+    assert c.SyncStyle.EXPLORER_DRIVEN is c.SyncStyle.DYNAMIC_BY_EXPLORER
+    assert c.SyncStyle("trainer_driven") is c.SyncStyle.DYNAMIC_BY_TRAINER
+    assert c.SyncStyle["Explorer_Driven"] is c.SyncStyle.DYNAMIC_BY_EXPLORER
+    assert c.SyncMethod["online"] is c.SyncMethod.NCCL
+    assert issubclass(c.SyncMethodEnumMeta, c.CaseInsensitiveEnumMeta)
+    assert issubclass(c.SyncStyleEnumMeta, c.CaseInsensitiveEnumMeta)
+
+
+def test_one_definition_of_each_environment_variable():
+    """The config, the logger and the plugin loader read the names constants.py defines."""
+    from trinity.common import constants as c
+    from trinity.common.config import _base
+    from trinity.utils import log, plugin_loader
+
+    assert plugin_loader.PLUGIN_DIRS_ENV is c.PLUGIN_DIRS_ENV_VAR
+    assert log.LOG_LEVEL_ENV_VAR is c.LOG_LEVEL_ENV_VAR
+    for name in (
+        "PLUGIN_DIRS_ENV_VAR",
+        "LOG_DIR_ENV_VAR",
+        "LOG_LEVEL_ENV_VAR",
+        "LOG_NODE_IP_ENV_VAR",
+    ):
+        assert getattr(_base, name) is getattr(c, name)
+
+
+def test_a_config_takes_the_0_6_sync_style_members():
+    from trinity.common.config import SynchronizerConfig
+    from trinity.common.constants import SyncStyle
+
+    sync = SynchronizerConfig(sync_style=SyncStyle.EXPLORER_DRIVEN)
+    assert sync.sync_style == "dynamic_by_explorer"

@@ -78,5 +78,6 @@ def test_a_flaky_workflow_runs_30_steps_without_stalling(
     replaced = sum(r["rollout/replacement_tasks"] for r in rows)
     assert replaced == sum(r["runner/tasks"] for r in rows) - 4 * STEPS
     assert replaced > 0
-    # no step waited for max_read_timeout (a hang costs max_timeout, 6 s)
-    assert max(r["time/step_wall"] for r in rows) < 60
+    # no step waited for max_read_timeout (600 s; a hang costs max_timeout, 6 s, and a step
+    # on 2 cores shared with other test workers may take a minute)
+    assert max(r["time/step_wall"] for r in rows) < 300

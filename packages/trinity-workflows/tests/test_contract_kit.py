@@ -144,6 +144,8 @@ WORKFLOW_ATTRS = {
         "requires": ("web_agent_site",),
     },
 }
+# Trinity-RFT's earlier name of the tool-call workflow: the same class, the same task
+WORKFLOW_ATTRS["toolcall_workflow"] = WORKFLOW_ATTRS["tool_call_workflow"]
 
 REWARD_ATTRS = {
     "math_reward": {

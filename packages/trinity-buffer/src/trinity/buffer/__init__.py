@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from trinity.common.storage import set_reader_factory
 from trinity.utils.lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers (redundant aliases: re-exports)
@@ -36,3 +37,16 @@ _LAZY = {
 
 # also sets __all__ to the table's names: a public name is exactly one listed above
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+
+def _build_reader(storage_config: Any) -> Any:
+    """``get_buffer_reader`` (imported when first used: it imports the storages)."""
+    from trinity.buffer.buffer_reader import get_buffer_reader
+
+    return get_buffer_reader(storage_config)
+
+
+# Importing any storage imports this package first, so a reader looked up through core's
+# READER registry (``trinity.common.storage.build_reader``, what the sample strategies' Trinity-RFT
+# constructor uses) is built by the buffer's own factory, which wires Ray queues.
+set_reader_factory(_build_reader)

@@ -12,8 +12,10 @@ so the buffer has no import circle.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from trinity.buffer.errors import StorageConfigError
@@ -21,10 +23,52 @@ from trinity.buffer.errors import StorageConfigError
 if TYPE_CHECKING:  # the queue actor imports this module and needs no torch
     from trinity.common.experience import Experience
 
-__all__ = ["BufferReader", "OfflineReader", "EndOfStream", "BufferWriter", "STORAGE_TYPES"]
+__all__ = [
+    "BufferReader",
+    "OfflineReader",
+    "EndOfStream",
+    "BufferWriter",
+    "STORAGE_TYPES",
+    "WriterCount",
+]
 
 #: The ``storage_type`` values the factories understand.
 STORAGE_TYPES: tuple[str, ...] = ("queue", "priority_queue", "sql", "file")
+
+
+class WriterCount(int):
+    """The writer count :meth:`BufferWriter.acquire` / :meth:`~BufferWriter.release` return:
+    an ``int`` that can also be awaited.
+
+    Trinity-RFT 0.6 declares both methods ``async`` (``await writer.acquire()``) while code
+    written for this package calls them plainly; the work is done when the method is called,
+    and ``n = writer.acquire()`` and ``n = await writer.acquire()`` give the same count.
+    """
+
+    def __await__(self) -> Generator[Any, None, int]:
+        return _ready(int(self)).__await__()
+
+
+async def _ready(value: int) -> int:
+    return value
+
+
+def _counted(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a subclass's plain ``acquire`` / ``release`` so its int result is a
+    :class:`WriterCount`; an ``async def`` one (a writer written for Trinity-RFT 0.6) is
+    awaitable already and stays as it is."""
+    if inspect.iscoroutinefunction(method) or getattr(method, "_trinity_counted", False):
+        return method
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        if isinstance(result, int) and not isinstance(result, (bool, WriterCount)):
+            return WriterCount(result)
+        return result
+
+    wrapper._trinity_counted = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 class BufferWriter(ABC):
@@ -33,7 +77,18 @@ class BufferWriter(ABC):
     A write is all-or-nothing where the storage allows it (one SQL transaction, one locked
     append of complete lines, one renamed parquet part): a crash never leaves half a batch for
     a reader to trip over.
+
+    ``acquire()`` / ``release()`` may be called plainly or awaited (their counts are
+    :class:`WriterCount`, also for subclasses that override them); async code that must not
+    block its event loop (a Ray queue's count lives in an actor) awaits
+    :meth:`acquire_async` / :meth:`release_async`.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("acquire", "release"):
+            if name in vars(cls):
+                setattr(cls, name, _counted(vars(cls)[name]))
 
     @abstractmethod
     def write(self, exps: Sequence[Experience]) -> None:
@@ -75,20 +130,50 @@ class BufferWriter(ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot be cut back to a position")
 
     def acquire(self) -> int:
-        """Register this writer as a live producer; returns the storage's writer count."""
-        return 1
+        """Register this writer as a live producer; returns the storage's writer count
+        (a :class:`WriterCount`: awaiting it, as Trinity-RFT 0.6 code does, gives the same)."""
+        return WriterCount(1)
 
     def release(self) -> int:
         """Unregister this writer; returns how many writers remain. When none remain a queue
         ends its stream. Subclasses also close files or connections here."""
-        return 0
+        return WriterCount(0)
+
+    async def acquire_async(self) -> int:
+        """:meth:`acquire` off the event loop (it may wait on a Ray actor)."""
+        return await _call_off_loop(self.acquire)
+
+    async def release_async(self) -> int:
+        """:meth:`release` off the event loop (it may wait on a Ray actor)."""
+        return await _call_off_loop(self.release)
 
     def __enter__(self) -> BufferWriter:
-        self.acquire()
+        _finish_sync(self.acquire())
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.release()
+        _finish_sync(self.release())
+
+
+async def _call_off_loop(method: Callable[[], Any]) -> int:
+    """Run a writer's ``acquire``/``release`` in a worker thread (an ``async def`` one, from a
+    writer written for Trinity-RFT 0.6, is awaited here instead) and return its count."""
+    if inspect.iscoroutinefunction(method):
+        return int(await method())
+    result = await asyncio.get_running_loop().run_in_executor(None, method)
+    if inspect.isawaitable(result) and not isinstance(result, WriterCount):
+        result = await result
+    return int(result)
+
+
+def _finish_sync(result: Any) -> Any:
+    """The value of a writer method called from sync code, running it to completion when it
+    is a coroutine (an ``async def acquire`` of a writer written for Trinity-RFT 0.6)."""
+    if inspect.iscoroutine(result):
+        from trinity.utils.aio import run_sync
+
+        return run_sync(result)
+    return result
 
 
 class EndOfStream(Exception):

@@ -12,13 +12,13 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Optional
 
 __all__ = ["lazy_exports"]
 
 
 def lazy_exports(
-    package: str, exports: Mapping[str, str]
+    package: str, exports: Mapping[str, str], provider: Optional[str] = None
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for module ``package``, whose name ``n`` lives in module
     ``exports[n]``; assign them at the package's module level.
@@ -26,6 +26,10 @@ def lazy_exports(
     Also sets the package's ``__all__`` to the table's names, in the table's order (call it
     while the package is being imported, i.e. at its module level): a name is public exactly
     when the table says where it lives, and a hand-written list beside the table cannot drift.
+
+    ``provider`` names the distribution that ships the modules of the table when that is not
+    this one (core's re-exports of a sibling's names, which core must not import): reading a
+    name without it installed raises an ``ImportError`` that says what to install.
     """
     module = sys.modules.get(package)
     if module is not None:
@@ -35,7 +39,7 @@ def lazy_exports(
         where = exports.get(name)
         if where is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(where), name)
+        value = getattr(_import(where, f"{package}.{name}", provider), name)
         setattr(sys.modules[package], name, value)  # resolved once
         return value
 
@@ -43,3 +47,18 @@ def lazy_exports(
         return sorted(set(vars(sys.modules[package])) | set(exports))
 
     return __getattr__, __dir__
+
+
+def _import(module: str, wanted: str, provider: Optional[str]) -> Any:
+    """Import ``module``; when it belongs to the absent distribution ``provider``, say so."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if provider is None or not (module == missing or module.startswith(missing + ".")):
+            raise
+        raise ImportError(
+            f"{wanted} is provided by the {provider} package, which is not installed "
+            f"(pip install {provider})",
+            name=module,
+        ) from exc

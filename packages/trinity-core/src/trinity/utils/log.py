@@ -19,6 +19,8 @@ import threading
 import warnings
 from typing import Any
 
+from trinity.common.constants import LOG_LEVEL_ENV_VAR
+
 __all__ = [
     "DedupFilter",
     "StderrHandler",
@@ -102,7 +104,7 @@ class DedupFilter(logging.Filter):
 
 
 def _level_from_env() -> str:
-    return os.environ.get("TRINITY_LOG_LEVEL", "INFO").upper() or "INFO"
+    return os.environ.get(LOG_LEVEL_ENV_VAR, "INFO").upper() or "INFO"
 
 
 def _configure_root() -> None:

@@ -21,7 +21,7 @@ object was defined (its ``__module__``), never by the order of imports:
   installed distribution advertises through an entry point in a ``trinity.*`` group. Whatever an
   entry point loads is a built-in too.
 * **user code** — everything else: a module the user imports, a ``--plugin-dir`` module (the
-  plugin loader imports those under their plain file names), ``trinity.plugins.*``,
+  plugin loader imports those as ``trinity.plugins.<file name>``), ``trinity.plugins.*``,
   ``__main__``, a notebook.
 
 A user registration of a name a built-in holds *replaces the built-in in this process*, as in
@@ -44,6 +44,7 @@ far: a user's own component is unknown until its module is imported.
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -156,6 +157,13 @@ class DuplicateModuleError(RegistryError, ValueError, KeyError):
 
 class EntryPointLoadError(RegistryError, ImportError):
     """Raised when an installed package's entry point cannot be imported."""
+
+
+def _is_dotted_path(name: object) -> bool:
+    """Whether ``name`` reads as ``"pkg.module.Class"`` (identifiers joined by dots)."""
+    if not isinstance(name, str) or "." not in name:
+        return False
+    return all(part.isidentifier() for part in name.split("."))
 
 
 def _closest(name: str, known: list[str]) -> str | None:
@@ -366,23 +374,49 @@ class Registry(Generic[T]):
                 self._tiers[name] = "builtin"
 
     # ------------------------------------------------------------------ lookup
-    def get(self, name: str) -> Optional[T]:
-        """The module registered as ``name`` (loading an entry point if needed), or ``None``
-        when nobody registered it -- Trinity-RFT's contract, which code written for it checks
-        (``if REGISTRY.get(name) is None``). ``registry[name]`` raises instead, with the known
-        names and the closest match: the framework itself looks names up that way.
+    def get(self, name: Optional[str]) -> Optional[T]:
+        """The module registered as ``name`` (loading an entry point if needed), as Trinity-RFT
+        0.6's ``Registry.get``:
 
-        User code's registration wins over a built-in of the same name.
+        * ``None`` gives ``None`` (an optional component left unset in a config);
+        * a name nobody registered raises :class:`UnknownModuleError` -- a ``ValueError`` as
+          Trinity-RFT 0.6 raises, whose message lists the known names and the closest match;
+        * a dotted path ``"pkg.module.Class"`` that is not a registered name is imported and
+          registered under that path, so a config may name a class nobody registered.
+
+        User code's registration wins over a built-in of the same name. (Trinity-RFT before 0.6
+        returned ``None`` for an unknown name; ``name in registry`` asks without raising.)
 
         Raises:
+            UnknownModuleError: nobody registered ``name`` and it is not an importable path.
+            ImportError: ``name`` is a dotted path whose module or attribute cannot be imported.
             DuplicateModuleError: the name resolves to a built-in and more than one installed
                 package advertises it.
             EntryPointLoadError: an installed package advertises ``name`` but fails to import.
         """
+        if name is None:
+            return None
         try:
             return self[name]
         except UnknownModuleError:
-            return None
+            if not _is_dotted_path(name):
+                raise
+        return self._import_path(name)
+
+    def _import_path(self, path: str) -> T:
+        """Import ``"pkg.module.Class"`` and register it under ``path`` (Trinity-RFT's dynamic
+        import); the class keeps its tier (a user module's class is user code)."""
+        module_name, _, attr = path.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ImportError(
+                f"{self.name} {path!r} is neither a registered name nor an importable "
+                f"'module.Class' path: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._register(path, obj, force=False)
+        with self._lock:
+            return self._modules[path]
 
     def __getitem__(self, name: str) -> T:
         """The module registered as ``name``, loading an entry point if needed.

@@ -98,6 +98,9 @@ class RunSession:
                 f"{', '.join(m.name for m in _runnable())}"
             )
         self.config = config = run_config_for(config)
+        #: what the task pipeline did (``data_processor.task_pipeline``): it writes the task set
+        #: (or, in mode train, the experiences) this run then reads, so it runs first
+        self.task_pipeline_metrics = _run_task_pipeline(config)
         self.sink = monitor if monitor is not None else LazySink(lambda: _create_monitor(config))
         # one record per step where two sides log to it; each log its own record otherwise
         self.records = (
@@ -252,36 +255,47 @@ class RunSession:
         return trainer_world_size(self.config, default_device()) > 1
 
     def _run_in_ray(self) -> Any:
-        from trinity.launcher.placement import NodeLostError, placement_session
+        from trinity.launcher.placement import placement_session
         from trinity.launcher.trainer.build import build_local_cpu_engines
         from trinity.launcher.trainer.workers import trainer_layout
 
         config = self.config
         early: Optional[concurrent.futures.Future[Any]] = None
         try:
-            layout = trainer_layout(config) if self.spec.trains else {}
             if self.spec.trains and self.explorer is not None:
                 # a trainer that runs here on the CPU is built while Ray starts
                 early = _in_thread(build_local_cpu_engines, config)
-            with ray_session(config), placement_session(config, **layout) as placement:
-                try:
-                    return asyncio.run(self._main(placement, early))
-                except Exception as exc:
-                    from trinity.launcher.engines.supervisor import is_engine_death
-
-                    # an actor death may be a node's: wait (briefly) for Ray to say so
-                    wait = NODE_LOSS_WAIT if is_engine_death(exc) else 0
-                    lost = placement.lost_nodes(wait=wait)
-                    if lost is None:
-                        raise
-                    raise NodeLostError(
-                        f"{lost}; the run stopped ({type(exc).__name__}). Bring the node back "
-                        f"(or change the cluster section) and run the same command again: it "
-                        f"resumes from the last checkpoint in {config.checkpoint_job_dir}"
-                    ) from exc
+            with ray_session(config):
+                _read_cluster_sizes(config)
+                layout = trainer_layout(config) if self.spec.trains else {}
+                with placement_session(config, **layout) as placement:
+                    return self._main_in_placement(placement, early)
         finally:
             if early is not None:  # not left building (and joining a process group) past the run
                 concurrent.futures.wait([early])
+
+    def _main_in_placement(
+        self, placement: Any, early: Optional[concurrent.futures.Future[Any]]
+    ) -> Any:
+        """The run inside its placement; an actor death on a lost node says so."""
+        from trinity.launcher.placement import NodeLostError
+
+        config = self.config
+        try:
+            return asyncio.run(self._main(placement, early))
+        except Exception as exc:
+            from trinity.launcher.engines.supervisor import is_engine_death
+
+            # an actor death may be a node's: wait (briefly) for Ray to say so
+            wait = NODE_LOSS_WAIT if is_engine_death(exc) else 0
+            lost = placement.lost_nodes(wait=wait)
+            if lost is None:
+                raise
+            raise NodeLostError(
+                f"{lost}; the run stopped ({type(exc).__name__}). Bring the node back "
+                f"(or change the cluster section) and run the same command again: it "
+                f"resumes from the last checkpoint in {config.checkpoint_job_dir}"
+            ) from exc
 
     async def _main(self, placement: Any, early: Optional[concurrent.futures.Future[Any]]) -> Any:
         explorer = self.explorer
@@ -345,6 +359,17 @@ def run(config: Config, **options: Any) -> Any:
     return RunSession(config, **options).run()
 
 
+def _read_cluster_sizes(config: Config) -> None:
+    """Cluster sizes the config leaves unset, read from the Ray the run just joined or started
+    (Trinity-RFT reads them in its config check; here ``--dry-run`` never starts Ray). On a
+    machine without GPUs ``gpu_per_node`` reads 0 and the CPU path is unchanged."""
+    import ray
+
+    from trinity.common.config import apply_cluster_sizes
+
+    apply_cluster_sizes(config, ray.nodes())
+
+
 def _reads_a_ray_queue(config: Config) -> bool:
     """The trainer reads a queue that lives in a Ray actor (``wrap_in_ray``, the default for a
     ``queue`` / ``priority_queue``), which another process may write."""
@@ -356,6 +381,17 @@ def _reads_a_ray_queue(config: Config) -> bool:
         and getattr(b, "wrap_in_ray", True)
         for b in buffers
     )
+
+
+def _run_task_pipeline(config: Config) -> dict[str, float]:
+    if config.data_processor is None or config.data_processor.task_pipeline is None:
+        return {}
+    from trinity.buffer.pipelines import check_and_run_task_pipeline
+
+    metrics = check_and_run_task_pipeline(config)
+    if metrics:
+        logger.info("Task pipeline: %s", ", ".join(f"{k}={v:g}" for k, v in metrics.items()))
+    return metrics
 
 
 def _end_of_data() -> tuple[type[BaseException], ...]:

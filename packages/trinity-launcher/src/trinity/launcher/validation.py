@@ -25,7 +25,7 @@ from trinity.common.config import (
     parse_override,
     run_mode_spec,
 )
-from trinity.launcher.component_checks import check_component_names
+from trinity.launcher.component_checks import check_component_names, not_shipped_hint
 from trinity.utils.log import get_logger
 from trinity.utils.plugin_loader import load_plugins
 from trinity.utils.registry import UnknownModuleError
@@ -218,10 +218,11 @@ def config_issues(exc: BaseException) -> list[ConfigIssue]:
         return list(exc.errors)
     field = getattr(exc, "field", None)  # UnknownComponentError: "algorithm.policy_loss_fn"
     if isinstance(field, str) and field:
+        hint = not_shipped_hint(field, str(getattr(exc, "name", "")))
         return [
             ConfigIssue(
                 path=field,
-                message=UnknownModuleError.__str__(exc),  # type: ignore[arg-type]
+                message=hint + UnknownModuleError.__str__(exc),  # type: ignore[arg-type]
                 value=getattr(exc, "name", None),
                 kind="unknown_name",
             )

@@ -368,6 +368,7 @@ def _numeric(info: Mapping[str, Any]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------- ToolCallWorkflow
+@WORKFLOWS.register_module("toolcall_workflow")  # Trinity-RFT's name before 0.6 (toolace.yaml)
 @WORKFLOWS.register_module("tool_call_workflow")
 class ToolCallWorkflow(ResettableWorkflowMixin, Workflow):
     """Single-turn tool-call training (ToolACE style): call the right function, right arguments.

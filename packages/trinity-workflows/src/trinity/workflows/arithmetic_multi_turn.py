@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 
 from trinity.common.experience import Experience
+from trinity.common.models.calls import call_model
 from trinity.common.workflows import WORKFLOWS, Task, Workflow
 from trinity.workflows.common import (
     MissingTaskFieldError,
@@ -87,7 +88,11 @@ class ArithmeticMultiTurnWorkflow(ResettableWorkflowMixin, Workflow):
         n = self.repeat_times
         first = {"role": "user", "content": self.questions[0]}
         turns: list[list[Experience]] = [
-            list(await self.model.chat_async([first], **generation_kwargs(self.rollout_args, n=n)))
+            list(
+                await call_model(
+                    self.model, "chat", [first], **generation_kwargs(self.rollout_args, n=n)
+                )
+            )
         ]
         conversations = [[first] for _ in range(n)]
         for index in range(1, len(self.questions)):
@@ -95,7 +100,7 @@ class ArithmeticMultiTurnWorkflow(ResettableWorkflowMixin, Workflow):
                 conv.append({"role": "assistant", "content": exp.response_text or ""})
                 conv.append({"role": "user", "content": self.questions[index]})
             calls = [
-                self.model.chat_async(conv, **generation_kwargs(self.rollout_args, n=1))
+                call_model(self.model, "chat", conv, **generation_kwargs(self.rollout_args, n=1))
                 for conv in conversations
             ]
             turns.append([result[0] for result in await asyncio.gather(*calls)])

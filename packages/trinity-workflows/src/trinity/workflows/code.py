@@ -27,6 +27,7 @@ import asyncio
 from typing import Any, Optional
 
 from trinity.common.experience import Experience
+from trinity.common.models.calls import call_model
 from trinity.common.workflows import WORKFLOWS, Task
 from trinity.workflows.common import generation_kwargs
 from trinity.workflows.rewards.base import RewardResult, apply_reward
@@ -78,8 +79,11 @@ class CodeWorkflow(SimpleWorkflow):
             self.tests = self.reward_fn.parse_tests(self.raw_task)
 
     async def run_async(self) -> list[Experience]:
-        responses = await self.model.chat_async(
-            self.format_messages(), **generation_kwargs(self.rollout_args, n=self.repeat_times)
+        responses = await call_model(
+            self.model,
+            "chat",
+            self.format_messages(),
+            **generation_kwargs(self.rollout_args, n=self.repeat_times),
         )
         # One limiter per run, shared by all samples: their tests run concurrently but bounded.
         limiter = asyncio.Semaphore(self.sandbox_concurrency)

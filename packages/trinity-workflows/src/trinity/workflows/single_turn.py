@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from trinity.common.config import GenerationConfig
 from trinity.common.experience import Experience
+from trinity.common.models.calls import call_model
 from trinity.common.workflows import WORKFLOWS, Task, Workflow
 from trinity.workflows.common import (
     MissingTaskFieldError,
@@ -176,8 +177,11 @@ class SimpleWorkflow(ResettableWorkflowMixin, Workflow):
     # ------------------------------------------------------------------ running
     async def run_async(self) -> list[Experience]:
         messages = self.format_messages()
-        responses = await self.model.chat_async(
-            messages, **generation_kwargs(self.rollout_args, n=self.repeat_times)
+        responses = await call_model(
+            self.model,
+            "chat",
+            messages,
+            **generation_kwargs(self.rollout_args, n=self.repeat_times),
         )
         return await self.score_all(responses)
 
@@ -274,8 +278,11 @@ class MathBoxedWorkflow(SimpleWorkflow):
     async def run_async(self) -> list[Experience]:
         if not self.use_base:
             return await super().run_async()
-        responses = await self.model.generate_async(
-            [self.format_prompt()], **generation_kwargs(self.rollout_args, n=self.repeat_times)
+        responses = await call_model(
+            self.model,
+            "generate",
+            [self.format_prompt()],
+            **generation_kwargs(self.rollout_args, n=self.repeat_times),
         )
         return await self.score_all(responses)
 

@@ -9,6 +9,8 @@ Every function returns ``(loss, metrics)``: ``loss`` a scalar tensor (with grad 
 ``logprob``), ``metrics`` a dict of detached scalar tensors (turn them into floats with
 :func:`metrics_to_floats`). Every loss reduces its per-token matrix with
 :func:`trinity.algorithm.utils.aggregate_loss`, so an empty mask gives a loss of 0, not NaN.
+The ratio losses also take ``rollout_is_weights`` (``algorithm.rollout_correction``'s IS
+weights), multiplied into the per-token loss before aggregation, as in verl.
 """
 
 from __future__ import annotations
@@ -56,6 +58,17 @@ def _log_ratio(logprob: Tensor, old_logprob: Tensor, clamp: bool = True) -> Tens
     return log_ratio
 
 
+def _weighted(losses: Tensor, rollout_is_weights: Optional[Tensor]) -> Tensor:
+    """Per-token losses times the rollout-correction IS weights, if any.
+
+    ``rollout_is_weights`` (``[batch, response_len]``, detached) are
+    :func:`trinity.algorithm.rollout_correction.rollout_is_weights`: they reweight each token's
+    loss by ``pi_train / pi_rollout`` before aggregation, as verl's losses do with theirs
+    (the aggregation's denominators are unchanged).
+    """
+    return losses if rollout_is_weights is None else losses * rollout_is_weights
+
+
 def ppo_clip_loss(
     logprob: Tensor,
     old_logprob: Tensor,
@@ -68,6 +81,7 @@ def ppo_clip_loss(
     sequence_mask_delta: Optional[float] = None,
     truncate_pos_low: Optional[float] = None,
     truncate_neg_high: Optional[float] = None,
+    rollout_is_weights: Optional[Tensor] = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate with separate low/high ranges (DAPO clip-higher) and dual-clip.
 
@@ -133,6 +147,7 @@ def ppo_clip_loss(
             seq_kl.mean().detach() if seq_kl.numel() else torch.zeros((), dtype=logprob.dtype)
         )
 
+    pg_losses = _weighted(pg_losses, rollout_is_weights)
     pg_loss = aggregate_loss(pg_losses, mask, loss_agg_mode=loss_agg_mode)
     metrics.update(
         pg_clipfrac=pg_clipfrac.detach(),
@@ -151,6 +166,7 @@ def gspo_loss(
     clip_low: float = 0.0003,
     clip_high: float = 0.0004,
     loss_agg_mode: str = "seq-mean-token-mean",
+    rollout_is_weights: Optional[Tensor] = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO (arXiv:2507.18071): PPO clipping on a *sequence-level* importance ratio.
 
@@ -172,6 +188,7 @@ def gspo_loss(
     pg_losses1 = -advantages * seq_ratio
     pg_losses2 = -advantages * torch.clamp(seq_ratio, 1.0 - clip_low, 1.0 + clip_high)
     pg_losses = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses = _weighted(pg_losses, rollout_is_weights)
     pg_loss = aggregate_loss(pg_losses, mask, loss_agg_mode=loss_agg_mode)
 
     pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).to(logprob.dtype), mask)
@@ -196,6 +213,7 @@ def cispo_loss(
     clip_high: float = 0.28,
     loss_agg_mode: str = "token-mean",
     mask_truncated: bool = True,
+    rollout_is_weights: Optional[Tensor] = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO (MiniMax-M1, arXiv:2506.13585): REINFORCE weighted by a clipped, stop-grad IS ratio.
 
@@ -222,6 +240,7 @@ def cispo_loss(
         drop = torch.zeros_like(ratio, dtype=torch.bool)
     weight = (clipped_ratio * (~drop).to(ratio.dtype)).detach()
     pg_losses = -weight * advantages * logprob
+    pg_losses = _weighted(pg_losses, rollout_is_weights)
     pg_loss = aggregate_loss(pg_losses, mask, loss_agg_mode=loss_agg_mode)
     return pg_loss, {
         "pg_clipfrac": masked_mean((ratio != clipped_ratio).to(logprob.dtype), mask).detach(),
@@ -240,6 +259,7 @@ def sapo_loss(
     tau_neg: float = 1.05,
     loss_agg_mode: str = "token-mean",
     trinity_rft_surrogate: bool = False,
+    rollout_is_weights: Optional[Tensor] = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """SAPO (arXiv:2511.20347): a smooth sigmoid gate on the ratio instead of a hard clip.
 
@@ -267,6 +287,7 @@ def sapo_loss(
         pg_losses = -advantages * gates.detach() * logprob
     else:
         pg_losses = -gates * advantages
+    pg_losses = _weighted(pg_losses, rollout_is_weights)
     pg_loss = aggregate_loss(pg_losses, mask, loss_agg_mode=loss_agg_mode)
     return pg_loss, {
         "ppo_kl": masked_mean(-log_ratio, mask).detach(),
@@ -284,6 +305,7 @@ def topr_loss(
     mask: Tensor,
     advantage_threshold: float = 0.0,
     loss_agg_mode: str = "token-mean",
+    rollout_is_weights: Optional[Tensor] = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """TOPR (arXiv:2503.14286): tapered off-policy REINFORCE.
 
@@ -300,7 +322,7 @@ def topr_loss(
         advantages <= advantage_threshold, torch.clamp(ratio, 0.0, 1.0), torch.ones_like(ratio)
     )
     losses = -alpha.detach() * advantages * logprob
-    loss = aggregate_loss(losses, mask, loss_agg_mode=loss_agg_mode)
+    loss = aggregate_loss(_weighted(losses, rollout_is_weights), mask, loss_agg_mode=loss_agg_mode)
     return loss, {
         "topr_loss": loss.detach(),
         "avg_alpha": masked_mean(alpha, mask).detach(),
@@ -330,6 +352,7 @@ def importance_sampling_loss(
     advantages: Tensor,
     mask: Tensor,
     loss_agg_mode: str = "token-mean",
+    rollout_is_weights: Optional[Tensor] = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Unclipped importance-sampling loss ``-A * exp(logprob - old_logprob)``.
 
@@ -338,7 +361,8 @@ def importance_sampling_loss(
     """
     log_ratio = _log_ratio(logprob, old_logprob)
     ratio = torch.exp(log_ratio)
-    loss = aggregate_loss(-advantages * ratio, mask, loss_agg_mode=loss_agg_mode)
+    losses = _weighted(-advantages * ratio, rollout_is_weights)
+    loss = aggregate_loss(losses, mask, loss_agg_mode=loss_agg_mode)
     return loss, {
         "pg_loss": loss.detach(),
         "ratio/mean": masked_mean(ratio, mask).detach(),

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
-from trinity.algorithm.args import Field, PolicyLossArgs, PosFloat
+from trinity.algorithm.args import Field, NonNegFloat, PolicyLossArgs
 from trinity.algorithm.policy_loss_fn.functional import metrics_to_floats, opmd_loss
 from trinity.algorithm.policy_loss_fn.policy_loss_fn import POLICY_LOSS_FN, PolicyLossFn
 
@@ -25,7 +25,9 @@ class OPMDPolicyLossFn(PolicyLossFn):
     class Args(PolicyLossArgs):
         """``policy_loss_fn_args`` of ``opmd``."""
 
-        tau: PosFloat = Field(1.0, description="Regularisation temperature.")
+        # the loss is divided by 1 + tau: 0 is valid (AsymRE's examples write tau: 0), a
+        # negative tau would flip or blow up the loss near -1
+        tau: NonNegFloat = Field(1.0, description="Regularisation temperature.")
 
     def __init__(
         self, backend: str = "verl", tau: float = 1.0, loss_agg_mode: str = "token-mean"

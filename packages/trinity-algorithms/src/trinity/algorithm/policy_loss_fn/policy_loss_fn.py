@@ -19,7 +19,7 @@ import functools
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 from torch import Tensor
 
@@ -99,6 +99,12 @@ class PolicyLossFn(ABC):
         """The batch fields ``__call__`` asks for, in signature order."""
         return list(self._select_keys)
 
+    @property
+    def accepts_rollout_is_weights(self) -> bool:
+        """Whether :meth:`compute` can weight the per-token loss by ``rollout_is_weights``
+        (``algorithm.rollout_correction``'s IS weights); the ratio losses can."""
+        return False
+
     @abstractmethod
     def __call__(self, logprob: Tensor, **kwargs: Any) -> tuple[Tensor, dict]:
         """Return the scalar loss and a dict of float metrics."""
@@ -108,12 +114,22 @@ class PolicyLossFn(ABC):
         """Initialization arguments used where the config gives none."""
         return {}
 
-    def compute(self, logprob: Tensor, batch: Mapping[str, Any]) -> tuple[Tensor, dict]:
+    def compute(
+        self,
+        logprob: Tensor,
+        batch: Mapping[str, Any],
+        rollout_is_weights: Optional[Tensor] = None,
+    ) -> tuple[Tensor, dict]:
         """Call the loss with exactly the batch fields its signature names.
+
+        ``rollout_is_weights`` (``[batch, response_len]``): per-token weights multiplied into
+        the loss before aggregation (rollout correction); only for a loss that
+        :attr:`accepts_rollout_is_weights`.
 
         Raises:
             KeyError: a field the loss asks for is not in the batch (names the loss and the
                 fields the batch has).
+            ValueError: ``rollout_is_weights`` for a loss that cannot take them.
         """
         missing = [k for k in self._select_keys if k not in batch]
         if missing:
@@ -121,7 +137,16 @@ class PolicyLossFn(ABC):
                 f"{type(self).__name__} needs batch fields {missing}, which the batch lacks "
                 f"(it has: {', '.join(sorted(batch))})"
             )
-        return self(logprob=logprob, **{k: batch[k] for k in self._select_keys})
+        extra: dict[str, Tensor] = {}
+        if rollout_is_weights is not None:
+            if not self.accepts_rollout_is_weights:
+                raise ValueError(
+                    f"{type(self).__name__} cannot apply rollout-correction IS weights "
+                    "(algorithm.rollout_correction.rollout_is); the ratio losses (ppo, gspo, "
+                    "cispo, sapo, topr, importance_sampling) can"
+                )
+            extra["rollout_is_weights"] = rollout_is_weights
+        return self(logprob=logprob, **{k: batch[k] for k in self._select_keys}, **extra)
 
 
 class RatioPolicyLossFn(PolicyLossFn):
@@ -140,6 +165,11 @@ class RatioPolicyLossFn(PolicyLossFn):
         """Keyword arguments of ``loss_fn`` besides the tensors and ``loss_agg_mode``."""
         return {}
 
+    @property
+    def accepts_rollout_is_weights(self) -> bool:
+        """Whether ``loss_fn`` takes ``rollout_is_weights`` (every built-in one does)."""
+        return "rollout_is_weights" in inspect.signature(type(self).loss_fn).parameters
+
     def __call__(  # type: ignore[override]
         self,
         logprob: Tensor,
@@ -148,7 +178,13 @@ class RatioPolicyLossFn(PolicyLossFn):
         advantages: Tensor,
         **kwargs: Any,
     ) -> tuple[Tensor, dict[str, float]]:
-        """All inputs ``[batch, response_len]``; returns the scalar loss and float metrics."""
+        """All inputs ``[batch, response_len]``; returns the scalar loss and float metrics.
+
+        ``rollout_is_weights`` (keyword, ``[batch, response_len]``): rollout-correction IS
+        weights, passed on to ``loss_fn``.
+        """
+        weights = kwargs.get("rollout_is_weights")
+        extra = {} if weights is None else {"rollout_is_weights": weights}
         loss, metrics = type(self).loss_fn(
             logprob,
             old_logprob,
@@ -156,5 +192,6 @@ class RatioPolicyLossFn(PolicyLossFn):
             action_mask,
             loss_agg_mode=self.loss_agg_mode,
             **self.loss_settings(),
+            **extra,
         )
         return loss, metrics_to_floats(metrics)

@@ -20,6 +20,14 @@ Built-ins:
 
 Readers cannot be built from arguments alone, so strategies are constructed with
 :func:`build_sample_strategy` (or directly), not with ``build_component``.
+
+Trinity-RFT 0.6 builds a strategy from the run's ``BufferConfig`` instead
+(``SAMPLE_STRATEGY.get(name)(buffer_config=config.buffer, **args)``) and unpacks three values
+from ``await strategy.sample(step)``. Both work here: given ``buffer_config``, a strategy builds
+its readers from ``trainer_input`` (``experience_buffer`` and the ``auxiliary_buffers``) through
+the buffer's reader factory, takes ``train_batch_size`` from it, and ``sample`` returns
+``(experiences, metrics, representative_samples)``, as Trinity-RFT's does; a strategy given
+readers returns ``(experiences, metrics)``.
 """
 
 from __future__ import annotations
@@ -51,13 +59,17 @@ __all__ = [
     "EXPERT_CUSTOM_FIELDS",
     "SAMPLE_STRATEGY",
     "DefaultSampleStrategy",
+    "SampleResult",
     "MixSampleStrategy",
     "SampleStrategy",
     "StaleDataError",
     "StalenessControlSampleStrategy",
     "WarmupSampleStrategy",
     "build_sample_strategy",
+    "experience_version",
     "model_version_metrics",
+    "readers_from_buffer_config",
+    "representative_samples",
 ]
 
 logger = get_logger(__name__)
@@ -79,13 +91,31 @@ EXPERT_CUSTOM_FIELDS: tuple[CustomField, ...] = (
 )
 
 
+#: What ``sample`` returns: ``(experiences, metrics)``, or Trinity-RFT's
+#: ``(experiences, metrics, representative samples)`` for a strategy built from a buffer config.
+SampleResult = Union[
+    tuple[list[Experience], dict[str, float]],
+    tuple[list[Experience], dict[str, float], list[dict[str, Any]]],
+]
+
+
 class StaleDataError(RuntimeError):
     """Raised when no experience fresh enough could be read for a batch."""
 
 
+def experience_version(exp: Experience) -> Optional[int]:
+    """The model version that produced ``exp``: ``exp.model_version``, else
+    ``exp.info["model_version"]``, where Trinity-RFT code records it."""
+    if exp.model_version is not None:
+        return exp.model_version
+    value = (exp.info or {}).get("model_version")
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def model_version_metrics(exps: Sequence[Experience], prefix: str = "sample") -> dict[str, float]:
-    """``{prefix}/model_version/{mean,min,max}`` over experiences that recorded a version."""
-    versions = [e.model_version for e in exps if e.model_version is not None]
+    """``{prefix}/model_version/{mean,min,max}`` over experiences that recorded a version
+    (see :func:`experience_version`)."""
+    versions = [v for v in map(experience_version, exps) if v is not None]
     if not versions:
         return {}
     return {
@@ -112,27 +142,83 @@ async def _read(
     return list(await reader.read_async(batch_size, **kwargs))
 
 
+def _is_buffer_config(value: Any) -> bool:
+    """A Trinity-RFT ``BufferConfig`` (what its strategies take) rather than readers."""
+    return hasattr(value, "trainer_input") and not isinstance(value, Mapping)
+
+
+def readers_from_buffer_config(buffer_config: Any) -> dict[str, ExperienceReader]:
+    """The readers of a ``BufferConfig``'s ``trainer_input``: ``experience_buffer`` and each
+    auxiliary buffer by its name, built by the buffer's reader factory
+    (:func:`trinity.common.storage.build_reader`) as Trinity-RFT's strategies build theirs."""
+    from trinity.common.storage import build_reader
+
+    trainer_input = buffer_config.trainer_input
+    configs: dict[str, Any] = dict(getattr(trainer_input, "auxiliary_buffers", None) or {})
+    main = getattr(trainer_input, "experience_buffer", None)
+    if main is not None:
+        configs[DEFAULT_EXPERIENCE_BUFFER_NAME] = main
+    if not configs:
+        raise ValueError(
+            "buffer_config.trainer_input has no experience_buffer and no auxiliary_buffers: "
+            "a sample strategy has nothing to read"
+        )
+    return {name: build_reader(config) for name, config in configs.items()}
+
+
+def representative_samples(exps: Sequence[Experience]) -> list[dict[str, Any]]:
+    """What Trinity-RFT logs of a batch: the lowest- and highest-reward samples (prompt,
+    response, reward), or one sample when no reward is set; ``[]`` for an empty batch."""
+    rewarded = [e for e in exps if e.reward is not None]
+    if not rewarded:
+        return [{"prompt": exps[0].prompt_text, "response": exps[0].response_text}] if exps else []
+    picks = [min(rewarded, key=lambda e: e.reward), max(rewarded, key=lambda e: e.reward)]
+    return [
+        {"prompt": e.prompt_text, "response": e.response_text, "reward": e.reward} for e in picks
+    ]
+
+
 class SampleStrategy(ABC):
     """Base class of sample strategies.
 
     Args:
         readers: the trainer's readers by buffer name. ``experience_buffer`` is the main one;
-            with a single reader, that reader is the main one whatever its name.
+            with a single reader, that reader is the main one whatever its name. A
+            Trinity-RFT ``BufferConfig`` given here is taken as ``buffer_config``.
         train_batch_size: experiences per train step (``buffer.train_batch_size``); ``None``
             lets each reader use its own batch size. ``batch_size`` is accepted as an alias.
         experience_buffer_name: which reader is the main one.
+        buffer_config: Trinity-RFT's constructor argument, instead of ``readers``: the readers
+            are built from its ``trainer_input`` (:func:`readers_from_buffer_config`),
+            ``train_batch_size`` defaults to its own, and :meth:`sample` returns Trinity-RFT's
+            three values (see the module docstring).
         **kwargs: strategy arguments (see each strategy's :meth:`default_args`).
     """
 
     def __init__(
         self,
-        readers: Mapping[str, ExperienceReader],
+        readers: Optional[Mapping[str, ExperienceReader]] = None,
         train_batch_size: Optional[int] = None,
         experience_buffer_name: str = DEFAULT_EXPERIENCE_BUFFER_NAME,
+        *,
+        buffer_config: Any = None,
         **kwargs: Any,
     ) -> None:
+        if buffer_config is None and _is_buffer_config(readers):
+            buffer_config, readers = readers, None
+        #: Trinity-RFT's result shape: ``sample`` returns three values
+        self.returns_representative_samples = buffer_config is not None and readers is None
+        if readers is None:
+            if buffer_config is None:
+                raise TypeError(
+                    f"{type(self).__name__} needs readers (a mapping of buffer name to reader) "
+                    "or buffer_config (Trinity-RFT's BufferConfig)"
+                )
+            readers = readers_from_buffer_config(buffer_config)
         if train_batch_size is None:
             train_batch_size = kwargs.pop("batch_size", None)
+        if train_batch_size is None and buffer_config is not None:
+            train_batch_size = getattr(buffer_config, "train_batch_size", None) or None
         if train_batch_size is not None and train_batch_size < 1:
             raise ValueError(f"train_batch_size must be >= 1, got {train_batch_size}")
         self.readers: dict[str, ExperienceReader] = dict(readers)
@@ -164,9 +250,7 @@ class SampleStrategy(ABC):
             )
 
     @abstractmethod
-    async def sample(
-        self, step: int, current_model_version: Optional[int] = None
-    ) -> tuple[list[Experience], dict[str, float]]:
+    async def sample(self, step: int, current_model_version: Optional[int] = None) -> SampleResult:
         """Draw the batch of train step ``step``.
 
         Args:
@@ -175,7 +259,9 @@ class SampleStrategy(ABC):
                 care (staleness control) default it to ``step``, as Trinity-RFT does.
 
         Returns:
-            The experiences of the batch and ``{name: float}`` metrics for the monitor.
+            The experiences of the batch and ``{name: float}`` metrics for the monitor (and,
+            for a strategy built from a ``buffer_config``, Trinity-RFT's third value: a few
+            representative samples to log).
         """
 
     @classmethod
@@ -202,6 +288,13 @@ class SampleStrategy(ABC):
         """(step is a warm-up step, warm-up ends at this step); no warm-up by default."""
         return False, False
 
+    def _result(self, exps: list[Experience], metrics: dict[str, float]) -> Any:
+        """``(exps, metrics)``, or Trinity-RFT's ``(exps, metrics, representative samples)``
+        for a strategy built from a ``buffer_config``."""
+        if self.returns_representative_samples:
+            return exps, metrics, representative_samples(exps)
+        return exps, metrics
+
 
 @SAMPLE_STRATEGY.register_module("default")
 class DefaultSampleStrategy(SampleStrategy):
@@ -210,14 +303,12 @@ class DefaultSampleStrategy(SampleStrategy):
     class Args(SampleStrategyArgs):
         """``sample_strategy_args`` of ``default``."""
 
-    async def sample(
-        self, step: int, current_model_version: Optional[int] = None
-    ) -> tuple[list[Experience], dict[str, float]]:
+    async def sample(self, step: int, current_model_version: Optional[int] = None) -> SampleResult:
         start = time.perf_counter()
         exps = await _read(self.get_reader(), self.train_batch_size)
         metrics = {"time/read_experience": time.perf_counter() - start}
         metrics.update(model_version_metrics(exps))
-        return exps, metrics
+        return self._result(exps, metrics)
 
 
 @SAMPLE_STRATEGY.register_module("warmup")
@@ -237,7 +328,7 @@ class WarmupSampleStrategy(DefaultSampleStrategy):
 
     def __init__(
         self,
-        readers: Mapping[str, ExperienceReader],
+        readers: Optional[Mapping[str, ExperienceReader]] = None,
         sft_warmup_steps: int = 0,
         sft_dataset_name: str = "sft_dataset",
         **kwargs: Any,
@@ -253,15 +344,14 @@ class WarmupSampleStrategy(DefaultSampleStrategy):
                 f"sample strategy 'warmup' with sft_warmup_steps={sft_warmup_steps}",
             )
 
-    async def sample(
-        self, step: int, current_model_version: Optional[int] = None
-    ) -> tuple[list[Experience], dict[str, float]]:
+    async def sample(self, step: int, current_model_version: Optional[int] = None) -> SampleResult:
         in_warmup, _ = self.warmup_state(step)
         if not in_warmup:
             return await super().sample(step, current_model_version)
         start = time.perf_counter()
         exps = await _read(self.get_reader(self.sft_dataset_name), self.train_batch_size)
-        return exps, {"time/read_experience": time.perf_counter() - start, "sample/warmup": 1.0}
+        metrics = {"time/read_experience": time.perf_counter() - start, "sample/warmup": 1.0}
+        return self._result(exps, metrics)
 
     def warmup_state(self, step: int) -> tuple[bool, bool]:
         return step <= self.sft_warmup_steps, step == self.sft_warmup_steps
@@ -310,7 +400,7 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
 
     def __init__(
         self,
-        readers: Mapping[str, ExperienceReader],
+        readers: Optional[Mapping[str, ExperienceReader]] = None,
         max_staleness: Optional[Union[int, float]] = None,
         drop_unversioned: bool = False,
         max_read_attempts: int = 64,
@@ -327,15 +417,14 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
         self.stale_dropped_total = 0
 
     def _is_fresh(self, exp: Experience, current: int) -> bool:
-        if exp.model_version is None:
+        version = experience_version(exp)
+        if version is None:
             return not self.drop_unversioned
         if self.max_staleness is None:
             return True
-        return current - exp.model_version <= self.max_staleness
+        return current - version <= self.max_staleness
 
-    async def sample(
-        self, step: int, current_model_version: Optional[int] = None
-    ) -> tuple[list[Experience], dict[str, float]]:
+    async def sample(self, step: int, current_model_version: Optional[int] = None) -> SampleResult:
         current = step if current_model_version is None else current_model_version
         hints: dict[str, Any] = {}
         if self.max_staleness is not None and not math.isinf(self.max_staleness):
@@ -384,19 +473,20 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
                 target,
                 dropped,
             )
-        staleness = [current - e.model_version for e in kept if e.model_version is not None]
+        versions = [experience_version(e) for e in kept]
+        staleness = [current - v for v in versions if v is not None]
         metrics: dict[str, float] = {
             "time/read_experience": time.perf_counter() - start,
             "sample/stale_dropped": float(dropped),
             "sample/stale_dropped_total": float(self.stale_dropped_total),
-            "sample/unversioned": float(sum(e.model_version is None for e in kept)),
+            "sample/unversioned": float(sum(v is None for v in versions)),
             "sample/read_attempts": float(attempts),
         }
         if staleness:
             metrics["sample/staleness/mean"] = float(sum(staleness)) / len(staleness)
             metrics["sample/staleness/max"] = float(max(staleness))
         metrics.update(model_version_metrics(kept))
-        return kept, metrics
+        return self._result(kept, metrics)
 
     @classmethod
     def default_args(cls) -> dict[str, Any]:
@@ -432,7 +522,7 @@ class MixSampleStrategy(SampleStrategy):
 
     def __init__(
         self,
-        readers: Mapping[str, ExperienceReader],
+        readers: Optional[Mapping[str, ExperienceReader]] = None,
         expert_data_ratio: float = 0.5,
         sft_dataset_name: str = "sft_dataset",
         **kwargs: Any,
@@ -462,9 +552,7 @@ class MixSampleStrategy(SampleStrategy):
             cf for cf in EXPERT_CUSTOM_FIELDS if cf.destination_field not in have
         ]
 
-    async def sample(
-        self, step: int, current_model_version: Optional[int] = None
-    ) -> tuple[list[Experience], dict[str, float]]:
+    async def sample(self, step: int, current_model_version: Optional[int] = None) -> SampleResult:
         start = time.perf_counter()
         usual: list[Experience] = []
         if self.usual_batch_size:
@@ -495,26 +583,42 @@ class MixSampleStrategy(SampleStrategy):
             "sample/usual_count": float(len(usual)),
         }
         metrics.update(model_version_metrics(usual))
-        return usual + expert, metrics
+        return self._result(usual + expert, metrics)
 
     @classmethod
     def default_args(cls) -> dict[str, Any]:
         return {"expert_data_ratio": 0.5, "sft_dataset_name": "sft_dataset"}
 
 
+def _takes_buffer_config(cls: type) -> bool:
+    """Whether ``cls`` was written for Trinity-RFT: its constructor's first argument is
+    ``buffer_config`` (this package's strategies take ``readers``)."""
+    try:
+        params = list(inspect.signature(cls.__init__).parameters)
+    except (TypeError, ValueError):
+        return False
+    return len(params) > 1 and params[1] == "buffer_config"
+
+
 def build_sample_strategy(
     strategy: Union[str, type[SampleStrategy]],
     readers: Mapping[str, ExperienceReader],
     args: Optional[Mapping[str, Any]] = None,
+    *,
+    buffer_config: Any = None,
     **context: Any,
 ) -> SampleStrategy:
     """Instantiate a strategy: ``default_args()`` overridden by ``args``, plus ``context``.
 
     ``context`` carries run settings that are not strategy arguments but that strategies
-    need, e.g. ``train_batch_size=config.buffer.train_batch_size``.
+    need, e.g. ``train_batch_size=config.buffer.train_batch_size``. A strategy written for
+    Trinity-RFT (``__init__(self, buffer_config, **kwargs)``) is given ``buffer_config`` (the
+    run's ``config.buffer``) instead of ``readers`` and builds its own readers from it.
     """
     cls = SAMPLE_STRATEGY[strategy] if isinstance(strategy, str) else strategy
     merged: dict[str, Any] = dict(cls.default_args() or {})
     merged.update(args or {})
     merged.update(context)
+    if buffer_config is not None and _takes_buffer_config(cls):
+        return cls(buffer_config, **merged)
     return cls(readers, **merged)

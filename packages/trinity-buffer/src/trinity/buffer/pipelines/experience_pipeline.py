@@ -339,23 +339,16 @@ class ExperiencePipeline:
 
     # ------------------------------------------------------------------ lifecycle
     async def prepare(self) -> None:
-        """Acquire the output writer (a shared queue counts its writers), if it supports it."""
-        acquire = getattr(self.writer, "acquire", None)
-        if callable(acquire):
-            result = acquire()
-            if inspect.isawaitable(result):
-                await result
+        """Acquire the output writer (a shared queue counts its writers), if it supports it;
+        off the event loop (``acquire_async``) where the writer has that."""
+        await _call_writer(self.writer, "acquire")
 
     async def close(self) -> None:
         """Release the writer and close every operator; failures are logged, not raised."""
-        release = getattr(self.writer, "release", None)
-        if callable(release):
-            try:
-                result = release()
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:  # closing must not mask the run's own outcome
-                logger.error("Failed to release the experience pipeline writer: %s", exc)
+        try:
+            await _call_writer(self.writer, "release")
+        except Exception as exc:  # closing must not mask the run's own outcome
+            logger.error("Failed to release the experience pipeline writer: %s", exc)
         for step, op in zip(self._steps[: len(self.operators)], self.operators, strict=True):
             close = getattr(op, "close", None)
             if not callable(close):
@@ -412,6 +405,18 @@ async def _write_async(writer: Any, exps: list[Experience]) -> None:
     result = writer.write(exps)
     if inspect.isawaitable(result):
         await result
+
+
+async def _call_writer(writer: Any, name: str) -> None:
+    """``await writer.<name>_async()``, else ``writer.<name>()`` (awaited if awaitable), for
+    writers of any shape (``acquire`` / ``release`` are optional)."""
+    method = getattr(writer, f"{name}_async", None)
+    if not callable(method):
+        method = getattr(writer, name, None)
+    if callable(method):
+        result = method()
+        if inspect.isawaitable(result):
+            await result
 
 
 def _write_sync(writer: Any, exps: list[Experience]) -> None:

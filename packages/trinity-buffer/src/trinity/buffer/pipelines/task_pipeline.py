@@ -143,15 +143,17 @@ class TaskPipeline:
 
 
 def check_and_run_task_pipeline(config: Config) -> dict[str, Any]:
-    """Run the task pipeline when the run explores and configures one; return its metrics.
+    """Run the task pipeline the config has, before the run reads its output; return its
+    metrics. A run that does not explore runs it only when it names an output (mode train with
+    sft/dpo writes to ``buffer.trainer_input.experience_buffer``, as in Trinity-RFT).
 
     Raises:
         RuntimeError: the pipeline failed (the cause is chained).
     """
-    if not config.run_mode.explores:
-        return {}  # only the explorer reads task sets
     if config.data_processor is None or config.data_processor.task_pipeline is None:
         return {}
+    if not config.run_mode.explores and config.data_processor.task_pipeline.output is None:
+        return {}  # the explorer's task sets are its only other reader
     pipeline = TaskPipeline(config)
     try:
         return pipeline.process()

@@ -5,7 +5,8 @@
 means a SQLite file there (its directory is created). Each storage is one table named after
 the storage (``StorageConfig.name``), so several buffers can share a database.
 
-Row layout (table ``<name>``)::
+A table holds experiences or tasks (Trinity-RFT's SQL task sets, ``storage_type: sql`` on a
+task set). Experience rows (table ``<name>``)::
 
     id            INTEGER PRIMARY KEY AUTOINCREMENT   -- read order and reader position
     exp_bytes     BLOB / BYTEA                        -- Experience.serialize() bytes
@@ -13,6 +14,12 @@ Row layout (table ``<name>``)::
     model_version INTEGER NULL                        -- for staleness queries
     reward        FLOAT NULL
     created_at    FLOAT                               -- unix time of the write
+
+Task rows (the same ``id`` and ``created_at``, plus ``raw_task JSON``: the task set row as
+written, e.g. ``{"question": ..., "answer": ...}``). Which kind a table is follows from what
+was first written into it (Experiences, or dicts / :class:`~trinity.common.workflows.Task`
+objects) and, for an existing table, from its columns; a reader of a task table returns
+:class:`~trinity.common.workflows.Task` batches built as the task set reader builds them.
 
 Crash safety: a write is one transaction (``engine.begin()``), so a writer killed mid-batch
 leaves either the whole batch or none of it; SQLite runs in WAL mode so readers in other
@@ -34,10 +41,11 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional, TypeVar
 
 from sqlalchemy import (
+    JSON,
     Column,
     Engine,
     Float,
@@ -51,20 +59,35 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from trinity.buffer.base import BufferWriter, OfflineReader
+from trinity.buffer.base import BufferWriter, EndOfStream, OfflineReader
 from trinity.buffer.storage.errors import StorageConfigError
+from trinity.buffer.task_rows import row_to_task
 from trinity.common.experience import Experience
 from trinity.utils.log import get_logger
 
-__all__ = ["SQLStorage", "SQLReader", "SQLWriter", "sql_url", "table_name"]
+__all__ = [
+    "EXPERIENCE_ROWS",
+    "TASK_ROWS",
+    "SQLStorage",
+    "SQLReader",
+    "SQLWriter",
+    "read_task_rows",
+    "sql_url",
+    "table_name",
+]
 
 logger = get_logger(__name__)
 T = TypeVar("T")
+
+#: The two kinds of table (:attr:`SQLStorage.kind`).
+EXPERIENCE_ROWS = "experience"
+TASK_ROWS = "task"
 
 _ENGINES: dict[tuple[int, str], Engine] = {}
 #: open storages per engine; the engine is closed when its last storage closes
@@ -171,10 +194,66 @@ def _close_all_engines() -> None:
         _close_engine(url, engine)
 
 
-class SQLStorage:
-    """One experience table: insert batches transactionally, select in id order."""
+def _table(metadata: MetaData, name: str, kind: str) -> Table:
+    """The table layout of ``kind`` (see the module docstring)."""
+    if kind == TASK_ROWS:
+        payload = [Column("raw_task", JSON, nullable=False)]
+    else:
+        payload = [
+            # a length makes MySQL use LONGBLOB (plain BLOB stops at 64 KiB); others ignore it
+            Column("exp_bytes", LargeBinary(length=2**32 - 1), nullable=False),
+            Column("eid", String(255)),
+            Column("model_version", Integer, nullable=True),
+            Column("reward", Float, nullable=True),
+        ]
+    return Table(
+        name,
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        *payload,
+        Column("created_at", Float),
+        sqlite_autoincrement=True,  # ids never reused, so a reader position stays valid
+    )
 
-    def __init__(self, storage_config: Any) -> None:
+
+def _kind_of_items(items: Sequence[Any]) -> str:
+    """``experience`` for Experiences, ``task`` for task rows (dicts or Tasks); mixed or other
+    items are a ``TypeError`` naming what was found."""
+    if all(isinstance(item, Experience) for item in items):
+        return EXPERIENCE_ROWS
+    if all(isinstance(item, Mapping) or hasattr(item, "raw_task") for item in items):
+        return TASK_ROWS
+    kinds = sorted({type(item).__name__ for item in items})
+    raise TypeError(
+        f"a SQL storage holds Experiences or task rows (dicts / Task objects), one kind per "
+        f"table; got {', '.join(kinds)}"
+    )
+
+
+def _task_row(item: Any) -> dict[str, Any]:
+    row = item if isinstance(item, Mapping) else (item.raw_task or {})
+    return dict(row)
+
+
+class SQLStorage:
+    """One table of experiences or task rows: insert batches transactionally, select in id
+    order.
+
+    Args:
+        storage_config: the storage (``name`` is the table, ``path`` the database).
+        kind: ``"experience"`` or ``"task"`` when the caller needs that kind (another kind of
+            existing table is an error); ``None`` takes the kind of the existing table, or
+            decides at the first :meth:`insert` from what is written.
+        default_kind: the kind a reader expects when no table exists yet (it reads an empty
+            table of that kind until a writer creates one).
+    """
+
+    def __init__(
+        self,
+        storage_config: Any,
+        kind: Optional[str] = None,
+        default_kind: str = EXPERIENCE_ROWS,
+    ) -> None:
         name = getattr(storage_config, "name", "") or "<unnamed>"
         path = getattr(storage_config, "path", None)
         if not path:
@@ -187,20 +266,47 @@ class SQLStorage:
         self.max_retry_times = int(getattr(storage_config, "max_retry_times", 3))
         self.max_retry_interval = float(getattr(storage_config, "max_retry_interval", 1))
         self._engine: Engine | None = _engine(self.url, use=True)
+        self.table_name = table_name(getattr(storage_config, "name", ""))
         self.metadata = MetaData()
-        self.table = Table(
-            table_name(getattr(storage_config, "name", "")),
-            self.metadata,
-            Column("id", Integer, primary_key=True, autoincrement=True),
-            # a length makes MySQL use LONGBLOB (plain BLOB stops at 64 KiB); others ignore it
-            Column("exp_bytes", LargeBinary(length=2**32 - 1), nullable=False),
-            Column("eid", String(255)),
-            Column("model_version", Integer, nullable=True),
-            Column("reward", Float, nullable=True),
-            Column("created_at", Float),
-            sqlite_autoincrement=True,  # ids never reused, so a reader position stays valid
-        )
+        self._table: Optional[Table] = None
+        self.default_kind = default_kind
+        existing = self._existing_kind()
+        if existing is not None and kind is not None and existing != kind:
+            raise StorageConfigError(
+                f"storage {name!r}: table {self.table_name!r} in {self.url} holds "
+                f"{existing} rows, not {kind} rows; use another storage name"
+            )
+        self.kind: Optional[str] = existing or kind
+        if self.kind is not None:
+            self._create(self.kind)
+
+    def _existing_kind(self) -> Optional[str]:
+        """The kind of the table already in the database, or ``None`` when there is none."""
+
+        def _do() -> Optional[str]:
+            inspector = inspect(self.engine)
+            if not inspector.has_table(self.table_name):
+                return None
+            columns = {column["name"] for column in inspector.get_columns(self.table_name)}
+            return TASK_ROWS if "raw_task" in columns else EXPERIENCE_ROWS
+
+        return self._retry(_do)
+
+    def _create(self, kind: str) -> None:
+        self.kind = kind
+        self._table = _table(self.metadata, self.table_name, kind)
         self._retry(lambda: self.metadata.create_all(self.engine, checkfirst=True))
+
+    @property
+    def table(self) -> Table:
+        """The table: of the kind a writer has created by now, else of ``default_kind``."""
+        if self._table is None:
+            self._create(self._existing_kind() or self.default_kind)
+        return self._table  # type: ignore[return-value]
+
+    def _undecided(self) -> bool:
+        """No table yet, here or in the database (a writer elsewhere may have made one)."""
+        return self._table is None and self._existing_kind() is None
 
     @property
     def engine(self) -> Engine:
@@ -235,21 +341,33 @@ class SQLStorage:
                 time.sleep(self.max_retry_interval)
         raise AssertionError("unreachable")
 
-    def insert(self, exps: Sequence[Experience]) -> None:
-        """Insert ``exps`` in one transaction: all rows commit or none do."""
-        if not exps:
+    def insert(self, items: Sequence[Any]) -> None:
+        """Insert Experiences or task rows (dicts / Tasks) in one transaction: all rows commit
+        or none do. The first insert into a new table decides its kind."""
+        if not items:
             return
+        kind = _kind_of_items(items)
+        if self.kind is None:
+            self._create(kind)
+        elif kind != self.kind:
+            raise TypeError(
+                f"storage {self.name!r}: table {self.table_name!r} holds {self.kind} rows; "
+                f"cannot write {kind} rows into it"
+            )
         now = time.time()
-        rows = [
-            {
-                "exp_bytes": exp.serialize(),
-                "eid": exp.eid.uid,
-                "model_version": exp.model_version,
-                "reward": exp.reward,
-                "created_at": now,
-            }
-            for exp in exps
-        ]
+        if kind == TASK_ROWS:
+            rows = [{"raw_task": _task_row(item), "created_at": now} for item in items]
+        else:
+            rows = [
+                {
+                    "exp_bytes": exp.serialize(),
+                    "eid": exp.eid.uid,
+                    "model_version": exp.model_version,
+                    "reward": exp.reward,
+                    "created_at": now,
+                }
+                for exp in items
+            ]
 
         def _do() -> None:
             with self.engine.begin() as conn:
@@ -257,23 +375,26 @@ class SQLStorage:
 
         self._retry(_do)
 
-    def select_after(self, last_id: int, limit: int) -> list[tuple[int, bytes]]:
-        """Up to ``limit`` committed rows with ``id > last_id``, in id order."""
-        stmt = (
-            select(self.table.c.id, self.table.c.exp_bytes)
-            .where(self.table.c.id > last_id)
-            .order_by(self.table.c.id)
-            .limit(limit)
-        )
+    def select_after(self, last_id: int, limit: Optional[int]) -> list[tuple[int, Any]]:
+        """Up to ``limit`` (``None``: all) committed rows with ``id > last_id``, in id order:
+        ``(id, experience bytes)`` or ``(id, task row dict)``."""
+        table = self.table
+        payload = table.c.raw_task if self.kind == TASK_ROWS else table.c.exp_bytes
+        stmt = select(table.c.id, payload).where(table.c.id > last_id).order_by(table.c.id)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        decode = dict if self.kind == TASK_ROWS else bytes
 
-        def _do() -> list[tuple[int, bytes]]:
+        def _do() -> list[tuple[int, Any]]:
             with self.engine.connect() as conn:
-                return [(int(r[0]), bytes(r[1])) for r in conn.execute(stmt)]
+                return [(int(r[0]), decode(r[1])) for r in conn.execute(stmt)]
 
         return self._retry(_do)
 
     def last_id(self) -> int:
-        """The largest row id (0 for an empty table)."""
+        """The largest row id (0 for an empty table, or none yet)."""
+        if self._undecided():
+            return 0
 
         def _do() -> int:
             with self.engine.connect() as conn:
@@ -284,6 +405,8 @@ class SQLStorage:
 
     def delete_after(self, last_id: int) -> int:
         """Delete the rows with ``id > last_id`` in one transaction; returns how many."""
+        if self._undecided():
+            return 0
 
         def _do() -> int:
             with self.engine.begin() as conn:
@@ -294,19 +417,22 @@ class SQLStorage:
 
     def count(self) -> int:
         """Rows in the table."""
+        if self._undecided():
+            return 0
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
 
 
 class SQLWriter(BufferWriter):
-    """Writes experiences into a SQL table, one transaction per :meth:`write`."""
+    """Writes experiences, or task rows (dicts / Tasks), into a SQL table, one transaction
+    per :meth:`write`."""
 
     def __init__(self, storage_config: Any) -> None:
         self.config = storage_config
         self.storage = SQLStorage(storage_config)
 
-    def write(self, exps: Sequence[Experience]) -> None:
-        self.storage.insert(list(exps))
+    def write(self, items: Sequence[Any]) -> None:
+        self.storage.insert(list(items))
 
     def position(self) -> int:
         return self.storage.last_id()
@@ -320,22 +446,66 @@ class SQLWriter(BufferWriter):
         return 0
 
 
+def _reader_kind(storage_config: Any) -> str:
+    """What a reader of a table that does not exist yet should expect: task rows for a task
+    set (a workflow to run them, no experience schema), else experiences."""
+    if getattr(storage_config, "schema_type", None) is None and getattr(
+        storage_config, "default_workflow_type", None
+    ):
+        return TASK_ROWS
+    return EXPERIENCE_ROWS
+
+
 class SQLReader(OfflineReader):
-    """Reads a SQL table in insertion order; position = last id read (checkpointable)."""
+    """Reads a SQL table in insertion order; position = last id read (checkpointable).
+
+    A table of experiences gives Experience batches. A table of task rows gives
+    :class:`~trinity.common.workflows.Task` batches built from the storage's task set settings
+    (workflow, reward function, format, rollout arguments), as Trinity-RFT's SQL task reader
+    does; a train task set (``is_eval`` unset) drops a final batch short of ``batch_size``,
+    as every train task set does.
+    """
 
     def __init__(self, storage_config: Any) -> None:
-        self.storage = SQLStorage(storage_config)
+        self.storage = SQLStorage(storage_config, default_kind=_reader_kind(storage_config))
         super().__init__(storage_config)
 
     def _start_position(self) -> int:
         return 0
 
-    def _fetch(self, position: Any, limit: int) -> tuple[list[Experience], int]:
+    def _fetch(self, position: Any, limit: int) -> tuple[list[Any], int]:
         rows = self.storage.select_after(int(position), limit)
         if not rows:
             return [], int(position)
+        if self.storage.kind == TASK_ROWS:
+            items = [row_to_task(row, row_id - 1, self.config) for row_id, row in rows]
+            return items, rows[-1][0]
         return [Experience.deserialize(data) for _, data in rows], rows[-1][0]
+
+    def _read(self, batch_size: int) -> list[Any]:
+        items = super()._read(batch_size)
+        short = len(items) < batch_size
+        if short and self.storage.kind == TASK_ROWS and not getattr(self.config, "is_eval", False):
+            raise EndOfStream
+        return items
 
     def close(self) -> None:
         """Done reading: close the storage (see :meth:`SQLStorage.close`)."""
         self.storage.close()
+
+
+def read_task_rows(storage_config: Any) -> list[dict[str, Any]]:
+    """Every task row of a SQL task table, in write order (a task set's ``path`` is the
+    database and its ``name`` the table); an experience table is an error naming it."""
+    storage = SQLStorage(storage_config)
+    try:
+        if storage.kind != TASK_ROWS:
+            found = "no table" if storage.kind is None else "a table of experiences"
+            raise StorageConfigError(
+                f"task set {storage.name!r}: {storage.url} has {found} named "
+                f"{storage.table_name!r}; write the task rows first (get_buffer_writer with "
+                "this task set's config, then writer.write([{...}, ...]))"
+            )
+        return [row for _, row in storage.select_after(0, None)]
+    finally:
+        storage.close()

@@ -13,7 +13,6 @@ drawn so far.
 
 from __future__ import annotations
 
-import copy
 import math
 import threading
 from collections import Counter
@@ -22,6 +21,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from trinity.buffer.task_rows import row_to_task
 from trinity.common.config import DataSelectorConfig, StorageConfig, TasksetConfig
 from trinity.common.constants import SELECTOR_METRIC
 from trinity.common.workflows import Task
@@ -85,43 +85,6 @@ def feedback_from_metrics(
 _STATE_VERSION = 1
 
 
-def row_to_task(
-    row: dict[str, Any],
-    index: int,
-    config: StorageConfig,
-    taskset_id: int = 0,
-) -> Task:
-    """Build the :class:`Task` for one row of a task set.
-
-    The row's own workflow / reward function (columns ``format.workflow_key`` /
-    ``format.reward_fn_key``) win over the task set's defaults. Names stay names: they are
-    resolved through the registries when the task becomes a workflow, so reading a task set
-    never imports workflow packages and tasks stay small and picklable.
-
-    ``task_id`` is the row's stable index in the task set (the same row gets the same id in
-    every epoch and after a restart); ``task.index`` carries ``taskset_id`` / ``index`` so
-    feedback about a task (pass rates) can be routed back to the selector that chose it.
-    """
-    fmt = config.format
-    workflow = row.get(fmt.workflow_key) if fmt.workflow_key else None
-    reward_fn = row.get(fmt.reward_fn_key) if fmt.reward_fn_key else None
-    return Task(
-        workflow=workflow or config.default_workflow_type,
-        reward_fn=reward_fn or config.default_reward_fn_type,
-        repeat_times=config.repeat_times,
-        # per-task copies: the explorer sets rollout_args.n per task, workflows may edit theirs
-        format_args=fmt.model_copy(),
-        rollout_args=config.rollout_args.model_copy(),
-        # copies: a workflow that edits its arguments must not change every later task
-        workflow_args=copy.deepcopy(dict(config.workflow_args)),
-        reward_fn_args=copy.deepcopy(dict(config.reward_fn_args)),
-        is_eval=config.is_eval,
-        raw_task=row,
-        task_id=index,
-        index={"taskset_id": taskset_id, "index": index, "taskset_name": config.name},
-    )
-
-
 def _required_keys(config: StorageConfig) -> tuple[dict[str, str], dict[str, str]]:
     """Columns every row needs, and per-row name columns, from the task set's format."""
     fmt = config.format
@@ -172,6 +135,15 @@ class TasksetReader:
         self.taskset_id = taskset_id
         self.is_eval = bool(config.is_eval)
         required, optional = _required_keys(config)
+        if (
+            data is None
+            and str(getattr(config.storage_type, "value", config.storage_type)) == "sql"
+        ):
+            # a task set written into a SQL table (Trinity-RFT's sql task sets): its rows,
+            # then the same selectors, epochs and positions as a file
+            from trinity.buffer.storage.sql import read_task_rows
+
+            data = TasksetData.from_rows(read_task_rows(config), source=str(config.path))
         if data is None:
             data = load_taskset_data(
                 config.path,  # type: ignore[arg-type]

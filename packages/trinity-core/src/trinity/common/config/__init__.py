@@ -37,6 +37,7 @@ from ._args import (
     is_open,
     model_validator,
 )
+from ._cluster import cluster_sizes_from_nodes
 from ._core import (
     Config,
     attribute_overrides,
@@ -46,6 +47,7 @@ from ._core import (
     save_config,
 )
 from ._errors import ConfigError, ConfigIssue, did_you_mean
+from ._ray_cluster import apply_cluster_sizes
 from ._sections import (
     DEFAULT_EXPERIENCE_BUFFER_NAME,
     EXPLORER_NAME,
@@ -120,6 +122,8 @@ __all__ = [
     "parse_override",
     "save_config",
     "cuda_is_available",
+    "apply_cluster_sizes",
+    "cluster_sizes_from_nodes",
     # top level
     "Config",
     # run modes

@@ -20,8 +20,13 @@ from pydantic_core import PydanticCustomError
 
 from trinity.common.constants import (  # noqa: F401 - re-exported by trinity.common.config
     EXPLORER_NAME,
+    LOG_DIR_ENV_VAR,
+    LOG_LEVEL_ENV_VAR,
+    LOG_NODE_IP_ENV_VAR,
+    PLUGIN_DIRS_ENV_VAR,
     ROLLOUT_WEIGHT_SYNC_GROUP_NAME,
     SYNC_METHOD_ALIASES,
+    SYNC_STYLE_ALIASES,
     TRAINER_NAME,
 )
 from trinity.common.engines import BUILTIN_ENGINE_TYPES, ENGINES
@@ -31,12 +36,6 @@ from trinity.utils.monitor import BUILTIN_MONITOR_TYPES, MONITOR
 from .modes import RUN_MODES
 
 DEFAULT_EXPERIENCE_BUFFER_NAME = "experience_buffer"
-
-# Environment variables shared with the launcher (same names as Trinity-RFT).
-PLUGIN_DIRS_ENV_VAR = "TRINITY_PLUGIN_DIRS"
-LOG_DIR_ENV_VAR = "TRINITY_LOG_DIR"
-LOG_LEVEL_ENV_VAR = "TRINITY_LOG_LEVEL"
-LOG_NODE_IP_ENV_VAR = "TRINITY_LOG_NODE_IP"
 
 
 # --------------------------------------------------------------------------------------
@@ -134,7 +133,7 @@ SyncMethodName = Annotated[
 ]
 SyncStyleName = Annotated[
     Literal["fixed", "dynamic_by_explorer", "dynamic_by_trainer"],
-    _normalized({"explorer_driven": "dynamic_by_explorer", "trainer_driven": "dynamic_by_trainer"}),
+    _normalized(SYNC_STYLE_ALIASES),
 ]
 #: ``engine_type``: a built-in engine type or any name in ``trinity.common.engines.ENGINES``.
 EngineType = Annotated[

@@ -5,7 +5,8 @@ ClusterConfig`` keeps working."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Optional
 
 from pydantic import BeforeValidator, Field
 
@@ -41,12 +42,44 @@ def _placement_resources(value: Any) -> Any:
     return out
 
 
+def cluster_sizes_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+    """``(node_num, gpu_per_node)`` of a Ray cluster, from ``ray.nodes()``: the alive nodes, and
+    the GPUs of the first alive node that has any (0 on a cluster without GPUs) -- Trinity-RFT's
+    rule, so a config leaving both unset sizes its run as Trinity-RFT would. Pure: the caller
+    passes what Ray reported (a run reads them once Ray is up, never during ``--dry-run``)."""
+    alive = [n for n in nodes if n.get("Alive", n.get("alive", False))]
+    gpus = 0
+    for node in alive:
+        count = (node.get("Resources") or {}).get("GPU") or 0
+        if count > 0:
+            gpus = int(count)
+            break
+    return len(alive), gpus
+
+
 class ClusterConfig(_Section):
-    """Ray cluster resources. 0 means 'detect at start-up'."""
+    """Ray cluster resources: sizes written, read from Ray at run start (null), or left to the
+    placement (0)."""
 
     ray_address: str = Field("auto", description="Ray address; 'auto' starts or joins locally.")
-    node_num: Int = Field(0, ge=0, description="Nodes; 0 detects them from Ray.")
-    gpu_per_node: Int = Field(0, ge=0, description="GPUs per node; 0 detects them from Ray.")
+    node_num: Optional[Int] = Field(
+        0,
+        ge=0,
+        description=(
+            "Nodes. null: read from Ray when the run starts (Trinity-RFT's detection), then "
+            "GPUs are allocated and checked as for a written size; 0: no GPU allocation by "
+            "the config (the placement uses the GPUs Ray has)."
+        ),
+    )
+    gpu_per_node: Optional[Int] = Field(
+        0,
+        ge=0,
+        description=(
+            "GPUs per node. null: read from Ray when the run starts (0 on a machine without "
+            "GPUs); 0: no GPU allocation by the config (engines and a driver-process trainer "
+            "share the GPUs Ray has)."
+        ),
+    )
     total_gpu_num: Int = Field(0, ge=0, description="Computed.")
     rollout_gpu_num: Int = Field(0, ge=0, description="Computed.")
     auxiliary_model_gpu_num: Int = Field(0, ge=0, description="Computed.")

@@ -28,7 +28,7 @@ from ._errors import (
     _issues_from_validation_error,
     _unwrap,
 )
-from ._rules import _apply_rules
+from ._rules import _apply_rules, dump_without_mirror
 from ._sections import (
     LOG_DIR_ENV_VAR,
     LOG_LEVEL_ENV_VAR,
@@ -168,7 +168,7 @@ class Config(_Section):
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, with stages kept as the partial overrides they are."""
-        data = self.model_dump(exclude={"stages"})
+        data = dump_without_mirror(self, self.model_dump(exclude={"stages"}))
         data["stages"] = [{"stage_name": s.stage_name, **s.overrides()} for s in self.stages]
         return data
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
+from ._compat import rule_trinity_rft_keys, rule_unsupported_engines
 from ._errors import _fmt_loc
 from ._run_rules import mode_names, rule_run, train_batch_size_required
 from ._sections import (
@@ -38,9 +39,11 @@ def _apply_rules(c: _Checker) -> None:
     _rule_buffer(c, cfg)
     _rule_trainer(c, cfg)
     _rule_data_processor(c, cfg)
+    rule_trinity_rft_keys(c, cfg)
     rule_model_context(c, cfg)
     if c.run_checks:
         rule_run(c, cfg)
+        rule_unsupported_engines(c, cfg)
         rule_paths(c, cfg)
 
 
@@ -382,6 +385,68 @@ def _fill_taskset(
         _set_derived(taskset, "data_selector", taskset.task_selector)
 
 
+def _rule_trainer_world(c: _Checker, cfg: Config) -> None:
+    """Batch and sequence-parallel sizes against the trainer's GPUs (when the cluster is known)."""
+    tbs = cfg.buffer.train_batch_size
+    world = cfg.cluster.trainer_gpu_num
+    if tbs and world and tbs % world:
+        c.error(
+            ("buffer", "train_batch_size"),
+            tbs,
+            f"must be divisible by the trainer's world size ({world} GPUs)",
+        )
+    sp = cfg.trainer.ulysses_sequence_parallel_size
+    if world and world % sp:
+        c.error(
+            ("trainer", "ulysses_sequence_parallel_size"),
+            sp,
+            f"must divide the trainer's world size ({world} GPUs)",
+        )
+
+
+def rule_cluster_sizes(c: _Checker, cfg: Config) -> None:
+    """What depends on ``cluster.node_num`` / ``gpu_per_node``: the GPU allocation and the checks
+    against it. Part of every validation; run again once a run has read unset sizes from Ray
+    (:func:`trinity.common.config.apply_cluster_sizes`), so nothing is checked against sizes
+    nobody knew yet, and nothing is skipped either."""
+    _rule_cluster(c, cfg)
+    _set_derived(cfg.synchronizer, "explorer_world_size", cfg.cluster.rollout_gpu_num or None)
+    _rule_trainer_world(c, cfg)
+    if cfg.run_mode.colocated:
+        _rule_colocate_gpus(c, cfg)
+
+
+def _mirror_taskset(c: _Checker, cfg: Config) -> None:
+    """``taskset`` (one train task set) also reads as ``tasksets[0]``, the same object: code
+    written for Trinity-RFT reads ``tasksets`` after the check (its check moves ``taskset``
+    there), ours reads either (``get_tasksets()``). Both written refuses; a dump writes the
+    mirror as ``tasksets: []`` (:func:`dump_without_mirror`), so a saved config loads back."""
+    explorer_input = cfg.buffer.explorer_input
+    taskset, tasksets = explorer_input.taskset, explorer_input.tasksets
+    if taskset is None or (len(tasksets) == 1 and tasksets[0] is taskset):
+        return
+    if tasksets:
+        c.error(
+            ("buffer", "explorer_input", "tasksets"),
+            f"{len(tasksets)} task set(s)",
+            "buffer.explorer_input.taskset and buffer.explorer_input.tasksets are both set; "
+            "allowed: one of them (taskset is the one-task-set spelling of tasksets)",
+        )
+        return
+    _set_derived(explorer_input, "tasksets", [taskset])
+
+
+def dump_without_mirror(cfg: Config, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a dump of ``cfg``) with ``buffer.explorer_input.tasksets`` written as ``[]``
+    where it only mirrors ``taskset``: what the user wrote, and what loads back unrefused."""
+    explorer_input = cfg.buffer.explorer_input
+    tasksets = explorer_input.tasksets
+    if explorer_input.taskset is not None and len(tasksets) == 1:
+        if tasksets[0] is explorer_input.taskset:
+            data["buffer"]["explorer_input"]["tasksets"] = []
+    return data
+
+
 def _rule_buffer(c: _Checker, cfg: Config) -> None:
     buffer = cfg.buffer
     algo = cfg.algorithm
@@ -389,35 +454,19 @@ def _rule_buffer(c: _Checker, cfg: Config) -> None:
     if not buffer.train_batch_size and not train_batch_size_required(cfg):
         _set_derived(buffer, "train_batch_size", buffer.batch_size * algo.repeat_times)
     tbs = buffer.train_batch_size
-    if tbs and cfg.cluster.trainer_gpu_num and tbs % cfg.cluster.trainer_gpu_num:
-        c.error(
-            ("buffer", "train_batch_size"),
-            tbs,
-            f"must be divisible by the trainer's world size ({cfg.cluster.trainer_gpu_num} GPUs)",
-        )
-    sp = cfg.trainer.ulysses_sequence_parallel_size
-    if cfg.cluster.trainer_gpu_num and cfg.cluster.trainer_gpu_num % sp:
-        c.error(
-            ("trainer", "ulysses_sequence_parallel_size"),
-            sp,
-            f"must divide the trainer's world size ({cfg.cluster.trainer_gpu_num} GPUs)",
-        )
+    _rule_trainer_world(c, cfg)
     _set_derived(buffer, "tokenizer_path", cfg.model.model_path or None)
 
     # explorer input
     explorer_input = buffer.explorer_input
-    if explorer_input.taskset is not None and explorer_input.tasksets:
-        c.error(
-            ("buffer", "explorer_input", "tasksets"),
-            None,
-            "set either buffer.explorer_input.taskset or buffer.explorer_input.tasksets, not both",
-        )
+    _mirror_taskset(c, cfg)
     if explorer_input.taskset is not None:
         _fill_taskset(
             c, cfg, explorer_input.taskset, 0, ("buffer", "explorer_input", "taskset"), False
         )
     for i, taskset in enumerate(explorer_input.tasksets):
-        _fill_taskset(c, cfg, taskset, i, ("buffer", "explorer_input", "tasksets", i), False)
+        if taskset is not explorer_input.taskset:  # the mirror is filled above
+            _fill_taskset(c, cfg, taskset, i, ("buffer", "explorer_input", "tasksets", i), False)
     for i, taskset in enumerate(explorer_input.eval_tasksets):
         _fill_taskset(c, cfg, taskset, i, ("buffer", "explorer_input", "eval_tasksets", i), True)
 
@@ -472,7 +521,8 @@ def _rule_trainer(c: _Checker, cfg: Config) -> None:
         c.error(
             ("trainer", "trainer_config_path"),
             trainer.trainer_config_path,
-            "trainer_config_path is no longer supported; put the backend config under "
+            "a separate verl config file is not supported (Trinity-RFT 0.6 ignores it with "
+            "verl >= 0.8 and refuses it with older verl); allowed: put its settings under "
             "trainer.trainer_config",
         )
     if trainer.max_token_len_per_gpu is None and cfg.model.max_model_len is not None:
@@ -486,15 +536,22 @@ def _rule_trainer(c: _Checker, cfg: Config) -> None:
 
 
 def _rule_data_processor(c: _Checker, cfg: Config) -> None:
+    """A task pipeline without an output writes what the run reads: the first train task set
+    where the run explores; in mode train with SFT / DPO, the trainer's data set (Trinity-RFT's
+    rule: the pipeline prepares the offline data there)."""
     task_pipeline = cfg.data_processor.task_pipeline
-    if (
-        task_pipeline is not None
-        and task_pipeline.output is None
-        and cfg.run_mode.uses_rollout_engines
-    ):
+    if task_pipeline is None or task_pipeline.output is not None:
+        return
+    mode = cfg.run_mode
+    if mode.uses_rollout_engines:
         tasksets = cfg.buffer.explorer_input.get_tasksets()
         if tasksets:
             _set_derived(task_pipeline, "output", tasksets[0])
+        return
+    exp = cfg.buffer.trainer_input.experience_buffer
+    if mode.trains_on_dataset and cfg.algorithm.algorithm_type in _SFT_LIKE and exp is not None:
+        # the same storage, as the task set the pipeline's output is typed as
+        _set_derived(task_pipeline, "output", TasksetConfig.model_validate(exp.model_dump()))
 
 
 def _rule_colocate(c: _Checker, cfg: Config) -> None:
@@ -517,6 +574,15 @@ def _rule_colocate(c: _Checker, cfg: Config) -> None:
             "mode 'colocate' synchronises after every train step in turn with generation; "
             "allowed: 'fixed'",
         )
+    _rule_colocate_gpus(c, cfg)
+    if sync.sync_method == "nccl":
+        # nccl is the default; silently memory: the engine and the trainer share a device
+        # (NCCL cannot connect two ranks on one GPU) and the weights never leave the machine
+        _set_derived(sync, "sync_method", "memory")
+
+
+def _rule_colocate_gpus(c: _Checker, cfg: Config) -> None:
+    """``mode: colocate`` on GPUs: one engine shares one GPU with the trainer."""
     rollout = cfg.explorer.rollout_model
     if cfg.cluster.gpu_per_node and rollout.tensor_parallel_size > 1:
         c.error(
@@ -525,7 +591,3 @@ def _rule_colocate(c: _Checker, cfg: Config) -> None:
             "mode 'colocate' gives each engine half of one GPU (the trainer has the other "
             "half), and Ray cannot give an actor half of several GPUs; allowed: 1",
         )
-    if sync.sync_method == "nccl":
-        # nccl is the default; silently memory: the engine and the trainer share a device
-        # (NCCL cannot connect two ranks on one GPU) and the weights never leave the machine
-        _set_derived(sync, "sync_method", "memory")

@@ -35,6 +35,7 @@ def train_batch_size_required(cfg: Config) -> bool:
 def rule_run(c: _Checker, cfg: Config) -> None:
     """Requirements of an actual run on this machine (``check_and_update``)."""
     _run_model_and_directory(c, cfg)
+    _run_algorithm_defaults(cfg)
     _run_inputs(c, cfg)
     _run_derived_paths(c, cfg)
     _run_sync_method(c, cfg)
@@ -70,6 +71,19 @@ def _run_model_and_directory(c: _Checker, cfg: Config) -> None:
         _set_derived(cfg.log, "save_dir", os.path.join(job_dir, "log"))
         _set_derived(cfg.monitor, "cache_dir", os.path.join(job_dir, "monitor"))
         _set_derived(cfg.buffer, "cache_dir", os.path.join(job_dir, "buffer"))
+
+
+#: what ``algorithm.sample_strategy`` reads after the run checks when the config names none
+DEFAULT_SAMPLE_STRATEGY = "default"
+
+
+def _run_algorithm_defaults(cfg: Config) -> None:
+    """``algorithm.sample_strategy`` left unset reads ``"default"`` once checked, as in
+    Trinity-RFT (code written for it reads the name). Derived, not the user's: resolving the
+    algorithm (``trinity.algorithm.resolve_algorithm``, what the trainer builds from) still
+    gives the algorithm type its own default (``mix`` for MIX), exactly as with ``None``."""
+    if cfg.algorithm.sample_strategy is None:
+        _set_derived(cfg.algorithm, "sample_strategy", DEFAULT_SAMPLE_STRATEGY)
 
 
 def _run_inputs(c: _Checker, cfg: Config) -> None:
@@ -175,7 +189,9 @@ def _run_derived_paths(c: _Checker, cfg: Config) -> None:
         c.error(
             ("data_processor", "task_pipeline", "output"),
             None,
-            "the task pipeline needs an output: set it or a train task set",
+            "the task pipeline needs an output: set it, or a train task set (its default), "
+            "or in mode 'train' with algorithm_type 'sft'/'dpo' "
+            "buffer.trainer_input.experience_buffer (its default there)",
         )
 
 

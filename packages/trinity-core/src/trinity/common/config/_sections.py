@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Optional
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Field,
 )
@@ -61,7 +62,12 @@ from ._storage import (  # noqa: F401 - re-exported (see __all__)
     TaskPipelineConfig,
     TasksetConfig,
 )
+from ._trainer import (  # noqa: F401 - re-exported (see __all__)
+    MegatronParallelConfig,
+    TrainerConfig,
+)
 from ._utils import _intent_dump
+from .rollout_correction import RolloutCorrectionConfig
 
 #: every name of the three modules: ``from ._sections import X`` keeps working for each
 __all__ = [
@@ -152,10 +158,23 @@ class LoRAConfig(_Section):
     is_dummy: bool = Field(False, description="Set when a blank adapter was created.")
 
 
-class TinkerConfig(_Section):
-    """Use the Tinker service for training and sampling instead of local engines."""
+def _tinker_not_supported(value: bool) -> bool:
+    """A config may carry Trinity-RFT's ``tinker`` section, but only switched off: nothing here
+    talks to the Tinker service, so ``enable: true`` would train locally without saying so."""
+    if value:
+        raise ValueError(
+            "Tinker (Trinity-RFT's remote training and sampling service) is not supported yet; "
+            "allowed: false (or leave model.tinker out)"
+        )
+    return value
 
-    enable: bool = Field(False, description="Train through Tinker.")
+
+class TinkerConfig(_Section):
+    """Trinity-RFT's Tinker service settings: accepted switched off only (not supported yet)."""
+
+    enable: Annotated[bool, AfterValidator(_tinker_not_supported)] = Field(
+        False, description="Train through Tinker: not supported yet, must stay false."
+    )
     rank: Int = Field(16, ge=1, description="LoRA rank used by Tinker.")
     seed: Optional[Int] = Field(None, description="Seed for Tinker.")
     train_mlp: bool = Field(True, description="Train MLP layers.")
@@ -381,8 +400,10 @@ class AlgorithmConfig(_Section):
     bypass_old_logprobs: bool = Field(
         True, description="Use rollout logprobs as old logprobs instead of recomputing them."
     )
-    rollout_correction: Optional[dict[str, Any]] = Field(
-        None, description="Off-policy correction settings (IS weights, rejection sampling)."
+    rollout_correction: Optional[RolloutCorrectionConfig] = Field(
+        None,
+        description="Rollout/training mismatch correction (verl's keys: IS weights, rejection "
+        "sampling, bypass mode); null: off.",
     )
 
 
@@ -571,60 +592,6 @@ class SynchronizerConfig(_Section):
     wait_for_checkpoint: bool = Field(False, description="Wait for the latest checkpoint.")
     explorer_world_size: Optional[Int] = Field(None, ge=1, description="Computed.")
     ray_namespace: str = Field("", description="Set from Config.ray_namespace.")
-
-
-class MegatronParallelConfig(_Section):
-    """Megatron-Core parallelism (trainer_strategy: megatron)."""
-
-    tensor_model_parallel_size: Int = Field(1, ge=1)
-    pipeline_model_parallel_size: Int = Field(1, ge=1)
-    virtual_pipeline_model_parallel_size: Optional[Int] = Field(None, ge=1)
-    expert_model_parallel_size: Int = Field(1, ge=1)
-    expert_tensor_parallel_size: Optional[Int] = Field(None, ge=1)
-    context_parallel_size: Int = Field(1, ge=1)
-    sequence_parallel: bool = True
-
-
-class TrainerConfig(_Section):
-    """The trainer, engine-independent part; engine specifics go to ``trainer_config``."""
-
-    name: str = Field(TRAINER_NAME, description="Ray actor name of the trainer.")
-    trainer_type: str = Field("verl", description="Training backend (verl, tinker, ...).")
-    trainer_strategy: TrainerStrategy = Field("fsdp2", description="fsdp, fsdp2 or megatron.")
-    save_interval: Int = Field(
-        0, ge=0, description="Save a checkpoint every N steps; 0 = end only."
-    )
-    enable_preview: bool = Field(True, description="Log rollout previews to the monitor.")
-    total_steps: Optional[Int] = Field(None, ge=1, description="Stop training after N steps.")
-    save_hf_checkpoint: SaveHFCheckpoint = Field(
-        "last", description="Save HF-format weights: last, always or never."
-    )
-    grad_clip: Float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
-    use_dynamic_bsz: bool = Field(True, description="Pack micro batches by token count.")
-    use_remove_padding: bool = Field(True, description="Remove padding in the forward pass.")
-    balance_batch: bool = Field(True, description="Balance tokens across data-parallel ranks.")
-    critic_warmup: Int = Field(0, ge=0, description="Steps training only the critic.")
-    max_token_len_per_gpu: Optional[Int] = Field(
-        None, ge=1, description="Tokens per GPU micro batch; defaults to 2 * max_model_len / SP."
-    )
-    ulysses_sequence_parallel_size: Int = Field(1, ge=1, description="Sequence parallel size.")
-    fix_actor_microbatch_loss_scale: bool = Field(False, description="Experimental.")
-    param_offload: bool = Field(False, description="Offload parameters to CPU.")
-    optimizer_offload: bool = Field(False, description="Offload optimizer states to CPU.")
-    grad_offload: bool = Field(False, description="Offload gradients to CPU.")
-    offload_policy: bool = Field(False, description="FSDP2 CPU offload policy.")
-    save_strategy: SaveStrategy = Field(
-        "unrestricted", description="How concurrent checkpoint saves are serialised."
-    )
-    max_checkpoints_to_keep: Int = Field(0, ge=0, description="0 keeps all checkpoints.")
-    megatron: MegatronParallelConfig = Field(
-        default_factory=MegatronParallelConfig, description="Megatron parallelism."
-    )
-    trust_remote_code: bool = Field(False, description="Copied from the model section.")
-    trainer_config: Optional[dict[str, Any]] = Field(
-        default_factory=dict, description="Backend config passed through verbatim (e.g. verl)."
-    )
-    trainer_config_path: str = Field("", description="Deprecated; use trainer_config.")
 
 
 class MonitorConfig(_Section):

@@ -330,6 +330,7 @@ def rule_paths(c: _Checker, cfg: Config) -> None:
     sets += [
         (("buffer", "explorer_input", "tasksets", i), t)
         for i, t in enumerate(explorer_input.tasksets)
+        if t is not explorer_input.taskset  # the mirror of taskset: checked once, as taskset
     ]
     sets += [
         (("buffer", "explorer_input", "eval_tasksets", i), t)

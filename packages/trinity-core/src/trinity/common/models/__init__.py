@@ -5,6 +5,7 @@ subclass :class:`ModelWrapper`; :mod:`trinity.common.models.testing` provides th
 deterministic in-process :class:`~trinity.common.models.testing.FakeModelWrapper` for tests.
 """
 
+from trinity.common.models.calls import call_model, prefer_sync_model_calls, resolve_awaitable
 from trinity.common.models.model import (
     GENERATION_KWARGS,
     ModelWrapper,
@@ -17,7 +18,10 @@ __all__ = [
     "GENERATION_KWARGS",
     "ChatTemplateError",
     "ModelWrapper",
+    "call_model",
     "experiences_from_chat_completion",
+    "prefer_sync_model_calls",
+    "resolve_awaitable",
     "run_sync",
     "tokenize_and_mask_messages",
 ]

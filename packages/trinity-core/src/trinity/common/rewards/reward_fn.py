@@ -32,3 +32,10 @@ class RewardFn(ABC):
     @abstractmethod
     def __call__(self, **kwargs: Any) -> dict[str, float]:
         """Return the reward components of one response (summed into the reward)."""
+
+
+def __getattr__(name: str) -> Any:
+    """Reward classes by name (``from trinity.common.rewards.reward_fn import MathRewardFn``,
+    Trinity-RFT's older path): they ship in other distributions and resolve through the
+    ``trinity.reward_functions`` entry points."""
+    return REWARD_FUNCTIONS.module_getattr(__name__, name)

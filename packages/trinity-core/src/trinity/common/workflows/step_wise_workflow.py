@@ -14,6 +14,12 @@ A subclass writes :meth:`step` (return ``False`` to stop early), the reward, and
 :attr:`max_step_num`; ``Async...`` twins take ``step_async`` / ``reward_async``. The agent may
 call ``self.model`` or the OpenAI client ``self.client`` (built when first used, so a model
 without an OpenAI endpoint serves subclasses that never touch it).
+
+A run also stops after a step whose model call was cut off by the length limit (an
+Experience with ``truncate_status == "response_truncated"``, i.e. finish reason ``length``),
+whatever ``step`` returned: the agent acted on a reply it never finished, so later steps would
+build on a broken turn. That step's Experiences are still kept and rewarded (upstream
+Trinity-RFT's step-wise tests expect this stop; its 0.6.0 release did not have it yet).
 """
 
 from __future__ import annotations
@@ -26,11 +32,26 @@ from trinity.common.experience import Experience
 from trinity.common.workflows.workflow import Task, Workflow
 
 __all__ = [
+    "HistoryDisabledError",
     "StepWiseRewardWorkflow",
     "AsyncStepWiseRewardWorkflow",
     "RewardPropagationWorkflow",
     "AsyncRewardPropagationWorkflow",
 ]
+
+
+class HistoryDisabledError(ValueError, AssertionError):
+    """A step-wise workflow got a model whose history recording is off.
+
+    Also an ``AssertionError``: Trinity-RFT asserts ``model.enable_history``, and code
+    written for it catches that.
+    """
+
+
+def _truncated(exps: Sequence[Any]) -> bool:
+    """Whether a step's model output was cut off by the length limit (finish reason
+    ``length``); objects without ``truncate_status`` (a test's stand-ins) count as whole."""
+    return any(getattr(exp, "truncate_status", None) == "response_truncated" for exp in exps)
 
 
 class _StepWorkflow(Workflow):
@@ -46,7 +67,7 @@ class _StepWorkflow(Workflow):
     ) -> None:
         super().__init__(*args, task=task, model=model, auxiliary_models=auxiliary_models)
         if not getattr(self.model, "enable_history", False):
-            raise ValueError(
+            raise HistoryDisabledError(
                 f"{type(self).__name__} collects each step's Experiences from the model's "
                 "history, which is off: set explorer.rollout_model.enable_history: true"
             )
@@ -93,9 +114,10 @@ class _StepWorkflow(Workflow):
     def _loop(
         self, step: Callable[[int], bool], step_reward: Optional[Callable[..., float]]
     ) -> tuple[list[Experience], int]:
-        """Run steps until one returns ``False`` or ``max_step_num`` ran, rewarding each step's
-        Experiences with ``step_reward(exps, step_num)`` when given. Returns the Experiences
-        and the number of steps run."""
+        """Run steps until one returns ``False``, one's response was truncated, or
+        ``max_step_num`` ran, rewarding each step's Experiences with
+        ``step_reward(exps, step_num)`` when given. Returns the Experiences and the number of
+        steps run."""
         experiences: list[Experience] = []
         ran = 0
         for step_num in range(self._max_steps()):
@@ -105,7 +127,7 @@ class _StepWorkflow(Workflow):
             if step_reward is not None:
                 self._reward_step(exps, step_reward(exps, step_num))
             experiences.extend(exps)
-            if not keep_going:
+            if not keep_going or _truncated(exps):
                 break
         return experiences, ran
 
@@ -124,7 +146,7 @@ class _StepWorkflow(Workflow):
             if step_reward is not None:
                 self._reward_step(exps, await step_reward(exps, step_num))
             experiences.extend(exps)
-            if not keep_going:
+            if not keep_going or _truncated(exps):
                 break
         return experiences, ran
 

@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 
 from trinity.common.config import FormatConfig, GenerationConfig
 from trinity.common.experience import Experience
+from trinity.common.models.calls import call_model, prefer_sync_model_calls
 from trinity.common.models.model import ModelWrapper
 from trinity.common.rewards.reward_fn import REWARD_FUNCTIONS, RewardFn
 from trinity.utils.aio import run_sync
@@ -221,10 +222,20 @@ class Workflow:
 
     # ------------------------------------------------------------------ running
     def run(self) -> list[Experience]:
-        """Run the workflow and return a list of Experiences."""
+        """Run the workflow and return a list of Experiences.
+
+        An async-only workflow runs its :meth:`run_async` here, asking a duck-typed model for
+        its synchronous methods first (:func:`~trinity.common.models.calls.call_model`): the
+        caller chose the synchronous API, as code for Trinity-RFT's synchronous workflows does
+        with a model that offers only ``chat``.
+        """
         if _overrides(type(self), "run_async"):
-            return run_sync(self.run_async())
+            return run_sync(self._run_async_preferring_sync())
         raise NotImplementedError(f"{type(self).__name__} implements neither run nor run_async")
+
+    async def _run_async_preferring_sync(self) -> list[Experience]:
+        async with prefer_sync_model_calls():
+            return await self.run_async()
 
     async def run_async(self) -> list[Experience]:
         """Async twin of :meth:`run`; a sync-only workflow runs in a worker thread."""
@@ -290,7 +301,9 @@ class MultiTurnWorkflow(Workflow):
         truncate_status: Optional[str] = None,
         tools: Optional[list[dict]] = None,
     ) -> Experience:
-        converted = await self.model.convert_messages_to_experience_async(messages, tools=tools)
+        converted = await call_model(
+            self.model, "convert_messages_to_experience", messages, tools=tools
+        )
         return _finish_multi_turn(converted, reward, info, truncate_status)
 
 

@@ -58,9 +58,12 @@ def _plan(config: Config) -> _Plan:
         rows = 2 * (config.buffer.train_batch_size or config.buffer.batch_size)
         overrides.update(use_dynamic_bsz=False, micro_batch_size=rows)
     settings = VerlEngineSettings.from_config(config, **overrides)
+    # built here too so that a loss refusing algorithm.rollout_correction fails before engines
+    loss = TrinityLoss.from_algorithm(
+        algorithm, rollout_correction=config.algorithm.rollout_correction
+    )
     needs_ref = (
-        "ref_logprob" in TrinityLoss.from_algorithm(algorithm).required_fields()
-        or uses_kl_penalty(algorithm)  # KL penalty in the reward
+        "ref_logprob" in loss.required_fields() or uses_kl_penalty(algorithm)  # KL in the reward
     )
     world_size = trainer_world_size(config, settings.resolved_device)
     return _Plan(algorithm, schema, total_steps, settings, needs_ref, world_size)

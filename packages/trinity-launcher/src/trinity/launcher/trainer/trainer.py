@@ -16,6 +16,7 @@ checkpointer, :class:`trinity.launcher.checkpoint.RunCheckpointer`)::
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import time
 from pathlib import Path
@@ -113,7 +114,12 @@ class Trainer:
         self.ref_engine = ref_engine
         self.pad_token_id = pad_token_id
         self.algorithm = resolve_algorithm(config)
-        self.loss = TrinityLoss.from_algorithm(self.algorithm)
+        #: ``algorithm.rollout_correction`` (None: off, and nothing below costs anything)
+        self.rollout_correction = config.algorithm.rollout_correction
+        self.loss = TrinityLoss.from_algorithm(
+            self.algorithm, rollout_correction=self.rollout_correction
+        )
+        self.rollout_correction = self.loss.rollout_correction  # checked (a mapping is parsed)
         if "ref_logprob" in self.loss.required_fields() and ref_engine is None:
             raise ValueError(
                 f"algorithm {self.algorithm.algorithm_type!r} uses a KL loss "
@@ -147,6 +153,7 @@ class Trainer:
             self.algorithm.sample_strategy,
             readers,
             self.algorithm.args("sample_strategy"),
+            buffer_config=config.buffer,
             train_batch_size=config.buffer.train_batch_size or None,
         )
         self.temperature = float(
@@ -159,12 +166,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def sample(self) -> tuple[list[Experience], dict[str, float]]:
-        """The next batch (raises the reader's end-of-data exception when it is exhausted)."""
-        return asyncio.run(
-            self.sample_strategy.sample(
-                self.global_step + 1, current_model_version=self.global_step
-            )
-        )
+        """The next batch (raises the reader's end-of-data exception when it is exhausted).
+
+        A strategy written for Trinity-RFT returns a third value (samples to log) and may not
+        take ``current_model_version``; both shapes are accepted.
+        """
+        sample = self.sample_strategy.sample
+        step = self.global_step + 1
+        if "current_model_version" in inspect.signature(sample).parameters:
+            result = asyncio.run(sample(step, current_model_version=self.global_step))
+        else:
+            result = asyncio.run(sample(step))
+        return result[0], result[1]
 
     def train_step(self, exps: list[Experience]) -> dict[str, float]:
         """One optimizer step on ``exps``; returns the step's metrics.
@@ -177,6 +190,7 @@ class Trainer:
         metrics: dict[str, float] = {}
         batch = collate_experiences(exps, pad_token_id=self.pad_token_id)
         metrics["time/train/collate"] = time.perf_counter() - start
+        batch_stats = batch_metrics(exps, batch)  # before rollout correction rejects tokens
         values: Optional[torch.Tensor] = None
         if self.critic is not None:
             t = time.perf_counter()
@@ -201,6 +215,8 @@ class Trainer:
             batch.token_level_rewards = rewards
             metrics["actor/reward_kl_penalty"] = float(kl_metrics.get("kl", 0.0))
             metrics["actor/reward_kl_penalty_coeff"] = float(kl_metrics.get("kl_coef", 0.0))
+        if self.rollout_correction is not None and not self.rollout_correction.bypass_mode:
+            self._correct_rollout(batch, extra, metrics)  # before advantages, as verl
         if self.advantage_fn is not None:
             # trainer-side advantages (GAE, REINFORCE++, ReMax) work on the collated batch
             kwargs = {"values": values} if values is not None else {}
@@ -212,7 +228,7 @@ class Trainer:
             metrics["time/update_critic"] = time.perf_counter() - t
         if self.use_critic and self.global_step < self.config.trainer.critic_warmup:
             self.global_step += 1  # critic warm-up: the actor waits
-            metrics.update(batch_metrics(exps, batch))
+            metrics.update(batch_stats)
             metrics["time/train_step"] = time.perf_counter() - start
             return metrics
         if (
@@ -223,16 +239,60 @@ class Trainer:
             t = time.perf_counter()
             extra["ref_logprob"] = self.ref_engine.compute_logprobs(batch, self.temperature)
             metrics["time/ref_logprob"] = time.perf_counter() - t
-        needs_old = "old_logprob" in self.loss.required_fields()
-        if needs_old and (batch.logprobs is None or not self.config.algorithm.bypass_old_logprobs):
+        if self._recompute_old_logprob(batch, extra):
             t = time.perf_counter()
             extra["old_logprob"] = self.engine.compute_logprobs(batch, self.temperature)
             metrics["time/old_logprob"] = time.perf_counter() - t
         metrics.update(self.engine.train_step(batch, self.loss, self.temperature, extra))
         self.global_step += 1
-        metrics.update(batch_metrics(exps, batch))
+        metrics.update(batch_stats)
         metrics["time/train_step"] = time.perf_counter() - start
         return metrics
+
+    def _recompute_old_logprob(self, batch: Experiences, extra: dict[str, torch.Tensor]) -> bool:
+        """Whether the loss's ``old_logprob`` must be recomputed now: it needs them, they are
+        not in ``extra`` yet, and the rollout's are absent or not to be used
+        (``bypass_old_logprobs: false``). With rollout correction its ``bypass_mode`` decides
+        instead: decoupled mode recomputed them already, bypass mode uses the rollout's."""
+        if "old_logprob" not in self.loss.required_fields() or "old_logprob" in extra:
+            return False
+        rc = self.rollout_correction
+        if rc is not None and rc.bypass_mode:
+            if batch.logprobs is None:
+                raise ValueError(
+                    "algorithm.rollout_correction.bypass_mode uses the rollout's log-probs as "
+                    "the old ones, and this batch's experiences carry none (logprobs)"
+                )
+            return False
+        return batch.logprobs is None or not self.config.algorithm.bypass_old_logprobs
+
+    def _correct_rollout(
+        self, batch: Experiences, extra: dict[str, torch.Tensor], metrics: dict[str, float]
+    ) -> None:
+        """Rollout correction in decoupled mode (verl's, before the advantages): recompute the
+        old log-probs with the current weights, compare them with the rollout's, mask the
+        rejected tokens out of ``batch.action_mask`` (advantages, critic and every loss term see
+        the rejection), pass the IS weights to the policy loss, log ``rollout_corr/*``."""
+        from trinity.algorithm.rollout_correction import compute_rollout_correction
+
+        if batch.logprobs is None:
+            raise ValueError(
+                "algorithm.rollout_correction compares the rollout's log-probs with the "
+                "trainer's, and this batch's experiences carry none (logprobs)"
+            )
+        t = time.perf_counter()
+        extra["old_logprob"] = self.engine.compute_logprobs(batch, self.temperature)
+        metrics["time/old_logprob"] = time.perf_counter() - t
+        result = compute_rollout_correction(
+            extra["old_logprob"],
+            batch.logprobs.to(extra["old_logprob"]),
+            batch.action_mask,
+            self.rollout_correction,  # type: ignore[arg-type]
+        )
+        batch.action_mask = result.response_mask
+        if result.is_weights is not None:
+            extra["rollout_is_weights"] = result.is_weights
+        metrics.update(result.metrics)
 
     def close(self) -> None:
         """Release the engines' processes (Ray trainer workers; nothing for in-process ones)."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from trinity.algorithm.kl_fn import KLFn
     from trinity.algorithm.policy_loss_fn import PolicyLossFn
     from trinity.algorithm.resolve import ResolvedAlgorithm
+    from trinity.common.config.rollout_correction import RolloutCorrectionConfig
 
 # Non-tensor keys of the TensorDict that carry the batch-wide loss denominators.
 _NUM_TOKENS = "trinity_num_tokens"
@@ -51,6 +52,12 @@ class TrinityLoss:
     * ``compute_entropy``: compute the per-token entropy (needed by the entropy term, otherwise
       only a metric). ``None``: when the entropy term is active (a non-``none`` function with a
       non-zero coefficient).
+    * ``rollout_correction``: ``algorithm.rollout_correction`` (``None``: off). Decoupled mode
+      (``bypass_mode: false``): the trainer has already recomputed ``old_logprob``, masked the
+      rejected tokens out of ``action_mask`` and, with ``rollout_is``, passes the IS weights as
+      the batch field ``rollout_is_weights``, which the policy loss multiplies in per token.
+      Bypass mode: ``old_logprob`` is the rollout's, and each micro-batch computes the weights
+      and rejections from the current log-probs (:meth:`_MicroBatchLoss.bypass_policy_loss`).
     """
 
     policy_loss_fn: PolicyLossFn
@@ -58,9 +65,15 @@ class TrinityLoss:
     entropy_loss_fn: Optional[EntropyLossFn] = None
     loss_agg_mode: str = "token-mean"
     compute_entropy: Optional[bool] = None
+    rollout_correction: Optional[RolloutCorrectionConfig] = None
 
     def __post_init__(self) -> None:
         from trinity.algorithm.utils import LOSS_AGG_MODES
+
+        if self.rollout_correction is not None:
+            self.rollout_correction = _check_rollout_correction(
+                self.rollout_correction, self.policy_loss_fn
+            )
 
         for owner, mode in (
             ("loss_agg_mode", self.loss_agg_mode),
@@ -79,10 +92,12 @@ class TrinityLoss:
         cls,
         algorithm: Union[ResolvedAlgorithm, Mapping[str, Any], Any],
         compute_entropy: Optional[bool] = None,
+        rollout_correction: Union[RolloutCorrectionConfig, Mapping[str, Any], None] = None,
     ) -> TrinityLoss:
         """Build the components of a :class:`~trinity.algorithm.resolve.ResolvedAlgorithm` (or
         of anything :func:`~trinity.algorithm.resolve.resolve_algorithm` accepts: an
-        ``AlgorithmConfig``, a ``Config``, a mapping such as ``{"algorithm_type": "grpo"}``)."""
+        ``AlgorithmConfig``, a ``Config``, a mapping such as ``{"algorithm_type": "grpo"}``);
+        ``rollout_correction``: the ``algorithm.rollout_correction`` section, if set."""
         from trinity.algorithm.resolve import ResolvedAlgorithm, resolve_algorithm
 
         resolved = (
@@ -94,6 +109,7 @@ class TrinityLoss:
             entropy_loss_fn=resolved.build_entropy_loss_fn(),
             loss_agg_mode=resolved.loss_agg_mode,
             compute_entropy=compute_entropy,
+            rollout_correction=rollout_correction,  # type: ignore[arg-type]
         )
 
     @property
@@ -120,14 +136,57 @@ class TrinityLoss:
     def needs_entropy(self) -> bool:
         return self.uses_entropy if self.compute_entropy is None else bool(self.compute_entropy)
 
+    @property
+    def uses_rollout_is_weights(self) -> bool:
+        """Whether the trainer passes ``rollout_is_weights`` (decoupled mode with ``rollout_is``;
+        in bypass mode the micro-batches compute their own)."""
+        rc = self.rollout_correction
+        return rc is not None and not rc.bypass_mode and rc.rollout_is is not None
+
     def required_fields(self) -> list[str]:
         """Batch fields the loss reads (``action_mask`` always: it weights micro-batches)."""
         keys = list(self.policy_loss_fn.select_keys)
-        if "action_mask" not in keys:
-            keys.append("action_mask")
-        if self.uses_kl and "ref_logprob" not in keys:
-            keys.append("ref_logprob")
-        return keys
+        extra = ["action_mask"]
+        if self.uses_kl:
+            extra.append("ref_logprob")
+        if self.uses_rollout_is_weights:
+            extra.append("rollout_is_weights")
+        if self.rollout_correction is not None and self.rollout_correction.bypass_mode:
+            extra.append("old_logprob")  # the rollout's log-probs, against the current ones
+            if self.rollout_correction.loss_type == "reinforce":
+                extra.append("advantages")
+        return keys + [k for k in extra if k not in keys]
+
+
+def _check_rollout_correction(
+    config: Union[RolloutCorrectionConfig, Mapping[str, Any]], policy_loss_fn: PolicyLossFn
+) -> RolloutCorrectionConfig:
+    """``algorithm.rollout_correction`` as a checked config, refused for a policy loss that
+    cannot honour it (the weights go into the per-token loss; mix's expert rows have no
+    rollout log-probs to correct)."""
+    from trinity.common.config.rollout_correction import RolloutCorrectionConfig
+
+    rc = (
+        config
+        if isinstance(config, RolloutCorrectionConfig)
+        else RolloutCorrectionConfig.model_validate(dict(config))
+    )
+    name = type(policy_loss_fn).__name__
+    if "expert_mask" in policy_loss_fn.select_keys:
+        raise ValueError(
+            f"algorithm.rollout_correction cannot be used with the policy loss {name}: its "
+            "expert rows carry no rollout log-probs to correct; set rollout_correction: null"
+        )
+    # bypass mode applies weights only with loss_type reinforce, which replaces the loss
+    if rc.rollout_is is not None and not rc.bypass_mode:
+        if not policy_loss_fn.accepts_rollout_is_weights:
+            raise ValueError(
+                f"algorithm.rollout_correction.rollout_is={rc.rollout_is!r} weights the policy "
+                f"loss per token, which {name} cannot take; the ratio losses (ppo, gspo, cispo, "
+                "sapo, topr, importance_sampling) can. Use rejection sampling only "
+                "(rollout_is: null) or bypass_mode with loss_type: reinforce"
+            )
+    return rc
 
 
 def _share(mask: Tensor, mode: str, num_tokens: float, num_seqs: float) -> float:
@@ -213,8 +272,18 @@ class _MicroBatchLoss(_MicroBatchCallback):
             for key, value in values.items():
                 metrics[f"actor/{key}"] = metrics.get(f"actor/{key}", 0.0) + float(value) * weight
 
-        w_pg = share(mask, spec.policy_loss_agg_mode)
-        pg_loss, pg_metrics = spec.policy_loss_fn.compute(logprob, batch)
+        rc = spec.rollout_correction
+        if rc is not None and rc.bypass_mode:
+            pg_loss, pg_metrics, pg_mask, corr_metrics = self.bypass_policy_loss(logprob, batch)
+            w_corr = share(mask, "token-mean")  # token-weighted means over micro-batches
+            for key, value in corr_metrics.items():
+                metrics[key] = metrics.get(key, 0.0) + value * w_corr
+        else:
+            pg_mask = mask
+            pg_loss, pg_metrics = spec.policy_loss_fn.compute(
+                logprob, batch, rollout_is_weights=batch.get("rollout_is_weights")
+            )
+        w_pg = share(pg_mask, spec.policy_loss_agg_mode)
         add({**pg_metrics, "pg_loss": float(pg_loss.detach().item())}, w_pg)
         total = pg_loss * w_pg
         reported = float(pg_loss.detach().item()) * w_pg
@@ -249,3 +318,43 @@ class _MicroBatchLoss(_MicroBatchCallback):
 
         metrics["actor/loss"] = reported
         return total, metrics
+
+    def bypass_policy_loss(
+        self, logprob: Tensor, batch: Mapping[str, Tensor]
+    ) -> tuple[Tensor, dict[str, float], Tensor, dict[str, float]]:
+        """The policy term in rollout correction's bypass mode (verl's ``bypass_mode`` loss).
+
+        ``old_logprob`` is the rollout's, so the weights and rejections compare the *current*
+        log-probs ``logprob [b, R]`` (detached) with it, per micro-batch. The rejected tokens
+        leave the policy term's mask (not the KL's or entropy's); the batch's denominators stay
+        those of the unrejected mask, as in verl. ``loss_type: ppo_clip``: the configured policy
+        loss, whose ratio to the rollout policy already is the correction (no extra weights);
+        ``reinforce``: REINFORCE with the IS weights instead of the configured loss.
+
+        Returns ``(loss, metrics, policy_mask [b, R], rollout_corr/* metrics)``.
+        """
+        from trinity.algorithm.policy_loss_fn.functional import metrics_to_floats
+        from trinity.algorithm.rollout_correction import (
+            compute_rollout_correction,
+            reinforce_loss,
+        )
+
+        spec = self.loss
+        rc = spec.rollout_correction
+        rollout = batch["old_logprob"]
+        corr = compute_rollout_correction(logprob.detach(), rollout, batch["action_mask"], rc)
+        if rc.loss_type == "reinforce":  # type: ignore[union-attr]
+            loss, raw = reinforce_loss(
+                logprob,
+                rollout,
+                batch["advantages"],
+                corr.response_mask,
+                corr.is_weights,
+                loss_agg_mode=spec.policy_loss_agg_mode,
+            )
+            pg_metrics = metrics_to_floats(raw)
+        else:
+            loss, pg_metrics = spec.policy_loss_fn.compute(
+                logprob, {**batch, "action_mask": corr.response_mask}
+            )
+        return loss, pg_metrics, corr.response_mask, corr.metrics

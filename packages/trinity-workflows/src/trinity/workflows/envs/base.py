@@ -36,6 +36,7 @@ from types import ModuleType
 from typing import Any, Optional
 
 from trinity.common.experience import Experience
+from trinity.common.models.calls import call_model, resolve_awaitable
 from trinity.common.workflows import MultiTurnWorkflow, Task
 from trinity.workflows.common import ResettableWorkflowMixin, generation_kwargs
 
@@ -382,7 +383,7 @@ class TextEnvWorkflow(ResettableWorkflowMixin, MultiTurnWorkflow):
                 if limit is None or limit >= budget:
                     kwargs["max_tokens"] = budget
                     capped = True
-            reply = (await self.model.chat_async(messages, **kwargs))[0]
+            reply = (await call_model(self.model, "chat", messages, **kwargs))[0]
             if reply.truncate_status == "prompt_truncated":
                 self._stop_for_context(episode)
                 return
@@ -436,7 +437,7 @@ class TextEnvWorkflow(ResettableWorkflowMixin, MultiTurnWorkflow):
         max_len = getattr(self.model, "max_model_len", None)
         if not max_len:
             return None
-        prompt_len = await self.model.get_message_token_len(messages)
+        prompt_len = await resolve_awaitable(self.model.get_message_token_len(messages))
         # convert_messages_to_experience keeps at most max_model_len - 1 tokens
         return int(max_len) - 1 - int(prompt_len)
 
