@@ -504,9 +504,6 @@ def test_nccl_is_downgraded_where_it_cannot_work(caplog: pytest.LogCaptureFixtur
         assert config.synchronizer.sync_method == "checkpoint"
         assert any("set to 'checkpoint'" in w and mode in w for w in config.warnings)
         assert any("set to 'checkpoint'" in r.getMessage() for r in caplog.records)
-    lora = load_config({"model": {"lora_configs": [{"lora_rank": 8}]}})
-    assert lora.synchronizer.sync_method == "checkpoint"
-    assert lora.explorer.rollout_model.enable_lora is True
 
 
 def test_nccl_without_cuda_is_downgraded_at_run_time(cuda, caplog) -> None:
@@ -670,7 +667,7 @@ def test_other_cross_field_checks() -> None:
     issue_at(error, "explorer.auxiliary_models[0].model_path")
     issue_at(error, "explorer.over_rollout.ratio")
     issue_at(error, "buffer.trainer_input.auxiliary_buffers.sft.path")
-    issue_at(error, "model.lora_configs")
+    assert "LoRA is not supported yet" in issue_at(error, "model.lora_configs").message
     error = load_error({"buffer": {"explorer_input": {"taskset": {}, "tasksets": [{}]}}})
     issue_at(error, "buffer.explorer_input.tasksets")
     error = load_error({"model": {"external_model": {"enable": True}}})
@@ -874,3 +871,12 @@ def test_trinity_rft_enum_assignments_validate_as_their_values(tmp_path: Path, c
     assert config.synchronizer.sync_style == "dynamic_by_explorer"
     save_config(config, str(tmp_path / "saved.yaml"))
     assert "storage_type: sql" in (tmp_path / "saved.yaml").read_text()
+
+
+def test_lora_is_refused_until_adapters_train() -> None:
+    """``model.lora_configs`` reaches no trainer code yet: accepting it would train the full
+    model while the config says LoRA. An empty list is no LoRA."""
+    error = load_error({"model": {"lora_configs": [{"lora_rank": 8}]}})
+    message = issue_at(error, "model.lora_configs").message
+    assert "not supported yet" in message and "full fine-tuning" in message
+    assert load_config({"model": {"lora_configs": []}}).model.lora_configs == []

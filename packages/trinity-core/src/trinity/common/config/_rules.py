@@ -61,11 +61,13 @@ def _rule_model(c: _Checker, cfg: Config) -> None:
     model = cfg.model
     if not model.critic_model_path:
         _set_derived(model, "critic_model_path", model.model_path)
-    if model.lora_configs is not None and len(model.lora_configs) > 1:
+    if model.lora_configs:
+        # nothing would train adapters: the run would update the full model, looking right
         c.error(
             ("model", "lora_configs"),
-            len(model.lora_configs),
-            "only one LoRA adapter is supported for now",
+            f"{len(model.lora_configs)} adapter(s)",
+            "LoRA is not supported yet (the trainer would update every weight of the model); "
+            "allowed: no lora_configs (full fine-tuning)",
         )
     if model.external_model.enable:
         if not cfg.run_mode.evaluates_checkpoints:
@@ -521,7 +523,7 @@ def _rule_trainer(c: _Checker, cfg: Config) -> None:
         c.error(
             ("trainer", "trainer_config_path"),
             trainer.trainer_config_path,
-            "a separate verl config file is not supported (Trinity-RFT 0.6 ignores it with "
+            "a separate verl config file is not supported yet (Trinity-RFT 0.6 ignores it with "
             "verl >= 0.8 and refuses it with older verl); allowed: put its settings under "
             "trainer.trainer_config",
         )
