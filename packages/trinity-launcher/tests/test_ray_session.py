@@ -64,3 +64,45 @@ def test_a_local_ray_runs_only_the_workers_its_actors_need(tmp_path):
     helpers = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
     workers = [name for name in seen["workers"] if name not in helpers]
     assert workers == ["ray::Probe"], workers
+
+
+class _FlakyRay:
+    """Stands for the ``ray`` module in the retry policy: its first ``fails`` starts time out
+    as Ray's own node start does on a busy machine."""
+
+    def __init__(self, fails: int, message: str = "The current node timed out during startup."):
+        self.fails, self.message = fails, message
+        self.inits = self.shutdowns = 0
+
+    def init(self, **kwargs):
+        self.inits += 1
+        if self.inits <= self.fails:
+            raise Exception(self.message)  # Ray raises a bare Exception here
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+def test_a_local_start_that_times_out_is_tried_again():
+    import pytest
+
+    from trinity.launcher.run.ray_session import STARTUP_ATTEMPTS, _init_with_retries
+
+    ray = _FlakyRay(fails=STARTUP_ATTEMPTS - 1)
+    _init_with_retries(ray, {"num_cpus": 2})
+    assert (ray.inits, ray.shutdowns) == (STARTUP_ATTEMPTS, STARTUP_ATTEMPTS - 1)
+
+    ray = _FlakyRay(fails=STARTUP_ATTEMPTS)  # never starts: the last error is raised
+    with pytest.raises(Exception, match="timed out during startup"):
+        _init_with_retries(ray, {"num_cpus": 2})
+    assert ray.inits == STARTUP_ATTEMPTS
+
+    ray = _FlakyRay(fails=1)  # joining a cluster: its failure is about that cluster
+    with pytest.raises(Exception, match="timed out"):
+        _init_with_retries(ray, {"address": "10.0.0.1:6379"})
+    assert ray.inits == 1
+
+    ray = _FlakyRay(fails=1, message="GCS address is invalid")  # another error: not retried
+    with pytest.raises(Exception, match="GCS"):
+        _init_with_retries(ray, {"num_cpus": 2})
+    assert (ray.inits, ray.shutdowns) == (1, 0)

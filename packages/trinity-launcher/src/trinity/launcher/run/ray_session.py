@@ -73,8 +73,39 @@ def ray_session(config: Config) -> Iterator[None]:
         "Starting Ray (%s)",
         f"joining {kwargs['address']}" if "address" in kwargs else f"{kwargs['num_cpus']} CPUs",
     )
-    ray.init(**kwargs)
+    _init_with_retries(ray, kwargs)
     try:
         yield
     finally:
         ray.shutdown()
+
+
+#: how often a local Ray start that timed out is tried again
+STARTUP_ATTEMPTS = 3
+_STARTUP_TIMEOUT = "timed out during startup"
+
+
+def _init_with_retries(ray: Any, kwargs: dict[str, Any]) -> None:
+    """``ray.init(**kwargs)``; a local start that times out is tried again.
+
+    Ray waits a fixed 30 s for a new node's raylet to register and then gives up with
+    "The current node timed out during startup"; on a machine whose cores are busy (other runs,
+    a test suite's parallel workers) that happens although nothing is wrong. Joining an
+    existing cluster is not retried: its failure says something about that cluster.
+    """
+    for attempt in range(1, STARTUP_ATTEMPTS + 1):
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this
+            if "address" in kwargs or _STARTUP_TIMEOUT not in str(exc):
+                raise
+            ray.shutdown()  # what the failed start left behind
+            if attempt == STARTUP_ATTEMPTS:
+                raise
+            logger.warning(
+                "Ray's local start timed out (attempt %d of %d, the machine may be busy): "
+                "starting it again",
+                attempt,
+                STARTUP_ATTEMPTS,
+            )
