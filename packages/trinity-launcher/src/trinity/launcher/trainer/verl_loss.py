@@ -280,9 +280,11 @@ class _MicroBatchLoss(_MicroBatchCallback):
                 metrics[key] = metrics.get(key, 0.0) + value * w_corr
         else:
             pg_mask = mask
-            pg_loss, pg_metrics = spec.policy_loss_fn.compute(
-                logprob, batch, rollout_is_weights=batch.get("rollout_is_weights")
-            )
+            weights = batch.get("rollout_is_weights")
+            # only with weights: a loss that overrides compute() (mix, plugins) keeps its
+            # signature, and an unset rollout_correction changes nothing
+            extra = {} if weights is None else {"rollout_is_weights": weights}
+            pg_loss, pg_metrics = spec.policy_loss_fn.compute(logprob, batch, **extra)
         w_pg = share(pg_mask, spec.policy_loss_agg_mode)
         add({**pg_metrics, "pg_loss": float(pg_loss.detach().item())}, w_pg)
         total = pg_loss * w_pg
