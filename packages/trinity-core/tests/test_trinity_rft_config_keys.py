@@ -329,3 +329,55 @@ def test_config_value_semantics_hold_for_the_new_rules(tmp_path: Path) -> None:
     )
     (merged,) = list(stage.iter_stages())
     assert merged.buffer.explorer_input.tasksets[0] is merged.buffer.explorer_input.taskset
+
+
+# ------------------------------------------------------------ 9. fields no code reads
+
+
+def test_only_written_values_other_than_the_accepted_ones_are_reported(tmp_path: Path) -> None:
+    """A field nothing reads is refused (or warned about) only where a config writes a value
+    that would need code: its default, a derived value or a section left out is not."""
+    quiet = load_config(
+        runnable(
+            tmp_path,
+            trainer={"grad_offload": False, "save_strategy": "unrestricted"},
+            explorer={"rollout_model": {"use_v1": True, "logprobs": 0}},
+            synchronizer={"sync_interval": 2, "explorer_sync_interval": 2},
+        ),
+        check=True,
+    )
+    assert not any("ignored" in w for w in quiet.warnings)
+    error = refused(
+        runnable(
+            tmp_path, explorer={"auxiliary_models": [{"model_path": MODEL_DIR, "use_v1": False}]}
+        )
+    )
+    assert "not supported yet" in issue_at(error, "explorer.auxiliary_models[0].use_v1").message
+
+
+def test_a_saved_config_loads_back_without_refusals_or_warnings(tmp_path: Path) -> None:
+    """``save_config`` writes every field, derived ones included (Trinity-RFT's saved configs
+    too): the computed values agree with what the rules compute again, so nothing is reported
+    but the fields a run ignores."""
+    data = runnable(tmp_path, cluster={"node_num": 1, "gpu_per_node": 5})
+    data["buffer"]["explorer_input"]["eval_tasksets"] = [{"path": DATA_DIR}]
+    config = load_config(data, check=True)
+    save_config(config, tmp_path / "saved.yaml")
+    again = load_config(tmp_path / "saved.yaml", check=True)
+    assert again == config
+    assert [w for w in again.warnings if "computed" in w] == []
+
+
+def test_a_computed_value_written_differently_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    config = load_config(runnable(tmp_path, explorer={"rollout_model": {"gpu_per_engine": 4}}))
+    assert config.explorer.rollout_model.gpu_per_engine == 1
+    (warning,) = [w for w in config.warnings if "gpu_per_engine" in w]
+    assert "the value written (4) is ignored, 1 is used" in warning
+
+
+def test_a_stage_writing_an_unsupported_field_is_refused_under_the_stage(tmp_path: Path) -> None:
+    data = {
+        **runnable(tmp_path),
+        "stages": [{"stage_name": "a", "trainer": {"grad_offload": True}}],
+    }
+    assert "not supported yet" in issue_at(refused(data), "stages[0].trainer.grad_offload").message

@@ -252,7 +252,7 @@ class ConfigManager:
         self.get_configs("trainer_type", "trainer_strategy", "ulysses_sequence_parallel_size")
         self.get_configs("grad_clip", "use_dynamic_bsz", "max_token_len_per_gpu")
         self.get_configs("param_offload", "optimizer_offload", "critic_warmup")
-        self.get_configs("save_hf_checkpoint", "max_checkpoints_to_keep", "enable_preview")
+        self.get_configs("save_hf_checkpoint", "max_checkpoints_to_keep")
 
     def _expert_other_part(self, names: list[str]) -> None:
         st.caption("Entries registered by plugins (CONFIG_GENERATORS) that no section draws.")
@@ -331,7 +331,6 @@ class ConfigManager:
             "critic_warmup",
             "save_hf_checkpoint",
             "max_checkpoints_to_keep",
-            "enable_preview",
             *COMPONENT_FIELDS,
         }
         names = [n for n in CONFIG_GENERATORS.modules if not n.startswith("check_")]

@@ -89,8 +89,3 @@ def set_optimizer_offload(**kwargs):
 @_entry("critic_warmup", 0, visible=lambda: trains() and use_critic())
 def set_critic_warmup(**kwargs):
     st.number_input("Critic Warmup Steps", min_value=0, **kwargs)
-
-
-@_entry("enable_preview", True)
-def set_enable_preview(**kwargs):
-    st.checkbox("Preview Rollouts", help="Log rollout samples to the monitor.", **kwargs)
