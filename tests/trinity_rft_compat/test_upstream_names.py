@@ -30,13 +30,6 @@ _EXPLORER = (
 _CLI = "Trinity-RFT's launcher functions; a run starts with trinity-launch (trinity.launcher.cli)"
 
 
-def _storage(cls: str, where: str) -> str:
-    return (
-        f"Trinity-RFT's per-storage module; the class is trinity.buffer.storage.{where}.{cls} "
-        "(get_buffer_reader / get_buffer_writer build it)"
-    )
-
-
 _TOKENIZE = (
     "tokenizer-based helpers; ours is trinity.common.models.utils.tokenize_and_mask_messages("
     "apply_chat_template, messages, tools), which returns (token_ids, action_mask, "
@@ -52,10 +45,6 @@ DOCUMENTED_MISSING: dict[str, str] = {
         "Trinity-RFT's verl-batch GRPO advantage; GRPO here is the grouped 'grpo' advantage "
         "(ADVANTAGE_FN.get('grpo'), trinity.algorithm.advantage_fn.grpo)"
     ),
-    "trinity.buffer.reader.queue_reader:QueueReader": _storage("QueueReader", "queue"),
-    "trinity.buffer.reader.sql_reader:SQLReader": _storage("SQLReader", "sql"),
-    "trinity.buffer.writer.queue_writer:QueueWriter": _storage("QueueWriter", "queue"),
-    "trinity.buffer.writer.sql_writer:SQLWriter": _storage("SQLWriter", "sql"),
     "trinity.buffer.task_scheduler:TasksetScheduler": (
         "the scheduler here is trinity.buffer.taskset.TasksetScheduler (built from task-set "
         "readers, not from an explorer state and a Config)"

@@ -121,3 +121,44 @@ def test_guide_s_trinity_data_paths_are_the_buffer_s_objects():
         assert [e.reward for e in kept] == [0.5] and metrics == {"filtered_count": 1}
     finally:
         EXPERIENCE_OPERATORS.unregister("guide_path_reward_floor")
+
+
+@pytest.mark.parametrize("storage_type,suffix", [("sql", "buffer.db"), ("file", "exps.jsonl")])
+def test_per_storage_module_paths_write_and_read(tmp_path, storage_type, suffix):
+    """Trinity-RFT 0.6's per-storage modules (``trinity.buffer.{reader,writer}.<storage>_*``):
+    a writer and a reader built from those paths, as its code builds them
+    (``Class(storage_config)``), round-trip experiences."""
+    from trinity.buffer.reader.file_reader import FileReader
+    from trinity.buffer.reader.sql_reader import SQLReader
+    from trinity.buffer.writer.file_writer import JSONWriter
+    from trinity.buffer.writer.sql_writer import SQLWriter
+    from trinity.common.config import ExperienceBufferConfig
+
+    writer_cls, reader_cls = {"sql": (SQLWriter, SQLReader), "file": (JSONWriter, FileReader)}[
+        storage_type
+    ]
+    config = ExperienceBufferConfig(
+        name="exps", storage_type=storage_type, path=str(tmp_path / suffix), batch_size=2
+    )
+    written = [_exp(), _exp()]
+    writer = writer_cls(config)
+    writer.write(written)
+    writer.release()
+    got = reader_cls(config).read()
+    assert len(got) == 2
+    for a, b in zip(got, written, strict=True):
+        _same(a, b)
+
+
+def test_per_storage_module_paths_name_the_registered_classes():
+    from trinity.buffer.reader import file_reader, queue_reader, sql_reader
+    from trinity.buffer.writer import WRITER, file_writer, queue_writer, sql_writer
+
+    assert READER.get("queue") is queue_reader.QueueReader
+    assert (
+        READER.get("sql") is sql_reader.SQLReader and READER.get("file") is file_reader.FileReader
+    )
+    assert WRITER.get("queue") is queue_writer.QueueWriter
+    assert (
+        WRITER.get("sql") is sql_writer.SQLWriter and WRITER.get("file") is file_writer.JSONWriter
+    )
