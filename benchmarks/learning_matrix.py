@@ -15,7 +15,9 @@ the other (a fresh launcher process each, so one type's failure cannot poison th
   ``examples/data/make_arithmetic_offline.py``. Metric, on every saved checkpoint: SFT the greedy
   answer accuracy on the 11 held-out problems; DPO the share of the 11 held-out problems whose
   right answer wins its preference pair against every wrong digit (DPO's implicit reward,
-  policy vs the initial model; chance about 0.1).
+  policy vs the initial model; chance about 0.1);
+* the :data:`VARIANTS`: a type with a feature switched on (``grpo-token-tis``: the quickstart
+  with rollout correction), run beside the type to show the feature does not hurt learning.
 
 The bar (:data:`FULL_BAR`): the first 5 points' mean is at most 0.2 and the last 5 points' mean
 at least 0.6. ``--ci`` runs the reduced matrix of ``tests/test_learning_matrix.py`` (fewer steps
@@ -36,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -191,6 +193,47 @@ TYPES: dict[str, TypeSpec] = {
 }
 
 
+@dataclass(frozen=True)
+class Variant:
+    """An algorithm type of :data:`TYPES` run with more settings (``overrides``, merged over
+    the type's own), beside the type itself: what those settings change in learning."""
+
+    base: str
+    overrides: dict[str, Any]
+    note: str = ""
+
+
+#: Runs that are not a type of their own: a type with a feature switched on.
+VARIANTS: dict[str, Variant] = {
+    "grpo-token-tis": Variant(
+        "grpo",
+        {
+            "algorithm": {
+                "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0}
+            },
+            # rollouts one step behind the trainer (on-policy, vLLM's float32 log-probs equal
+            # the trainer's to ~1e-6 here, and the weights would all be 1)
+            "synchronizer": {"sync_offset": 1},
+        },
+        note="the quickstart with rollouts one step behind the trainer (`sync_offset: 1`) and "
+        "token-level truncated importance sampling between the rollout engine's and the "
+        "trainer's log-probs (verl's `decoupled_token_is` preset)",
+    ),
+}
+
+
+def spec_of(name: str) -> tuple[str, TypeSpec]:
+    """``(algorithm type, spec)`` of a type of :data:`TYPES` or a run of :data:`VARIANTS`."""
+    if name in TYPES:
+        return name, TYPES[name]
+    if name not in VARIANTS:
+        raise ValueError(f"unknown run {name!r}; known: {sorted(TYPES) + sorted(VARIANTS)}")
+    variant = VARIANTS[name]
+    base = TYPES[variant.base]
+    overrides = deep_merge(base.overrides, variant.overrides)
+    return variant.base, replace(base, overrides=overrides, note=variant.note)
+
+
 def _fill(value: Any, model: str) -> Any:
     if isinstance(value, dict):
         return {k: _fill(v, model) for k, v in value.items()}
@@ -207,10 +250,13 @@ def _absolute_data_paths(config: dict[str, Any]) -> None:
             ts["path"] = str(REPO / ts["path"])
 
 
-def rl_config(algorithm_type: str, steps: int, model: str, root: Path) -> dict[str, Any]:
-    """The quickstart's config with ``algorithm_type`` switched and ``steps`` steps."""
+def rl_config(
+    algorithm_type: str, steps: int, model: str, root: Path, name: Optional[str] = None
+) -> dict[str, Any]:
+    """The quickstart's config with ``algorithm_type`` switched and ``steps`` steps (the run
+    is called ``name``, the type by default)."""
     config = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
-    config.update(project="learning-matrix", group="cpu", name=algorithm_type)
+    config.update(project="learning-matrix", group="cpu", name=name or algorithm_type)
     config["checkpoint_root_dir"] = str(root)
     config["algorithm"]["algorithm_type"] = algorithm_type
     config["model"]["model_path"] = model
@@ -464,21 +510,21 @@ def shared_ray() -> Iterator[str]:
 
 
 def run_type(
-    algorithm_type: str,
+    name: str,
     out: Path,
     model: str,
     ci: bool = False,
     timeout: float = 1800,
     ray_address: Optional[str] = None,
 ) -> Result:
-    """Train ``algorithm_type`` as :data:`TYPES` says; return its row (``passed`` against the
-    bar of the full or the reduced matrix)."""
-    spec = TYPES[algorithm_type]
+    """Train ``name`` (a type of :data:`TYPES` or a run of :data:`VARIANTS`) as its spec says;
+    return its row (``passed`` against the bar of the full or the reduced matrix)."""
+    algorithm_type, spec = spec_of(name)
     bar = CI_BAR if ci else FULL_BAR
     steps = spec.ci_steps if ci else spec.steps
     root = out / "runs"
     if spec.kind == "rl":
-        config = rl_config(algorithm_type, steps, model, root)
+        config = rl_config(algorithm_type, steps, model, root, name=name)
     else:
         every = spec.ci_save_every if ci else spec.save_every
         config = offline_config(algorithm_type, steps, every, model, root)
@@ -512,7 +558,7 @@ def run_type(
     first, last = _window_means(curve, bar.window)
     passed = bool(curve) and bar.check(first, last)
     return Result(
-        algorithm_type,
+        name,
         steps,
         metric,
         first,
@@ -564,9 +610,8 @@ def run_matrix(
     """Run ``types`` one after the other; write ``out/learning_matrix.{json,md,png}`` after
     each type (a partial matrix survives an interruption). ``share_ray``: every run joins one
     Ray started here (:func:`shared_ray`) instead of starting its own."""
-    unknown = sorted(set(types) - set(TYPES))
-    if unknown:
-        raise ValueError(f"unknown algorithm types {unknown}; known: {sorted(TYPES)}")
+    for name in types:
+        spec_of(name)  # an unknown name fails before anything runs
     out.mkdir(parents=True, exist_ok=True)
     model = build_model(out)
     # rows of types run earlier into the same directory stay (re-running one type updates it)
@@ -578,7 +623,7 @@ def run_matrix(
             result = run_type(name, out, model, ci=ci, ray_address=address)
             results.append(result)
             kept[name] = result
-            write_results([kept[t] for t in TYPES if t in kept], out)
+            write_results([kept[t] for t in [*TYPES, *VARIANTS] if t in kept], out)
             if on_result is not None:
                 on_result(result)
     return results
@@ -652,7 +697,11 @@ def update_doc(results: list[Result], png: Path, doc: Path = DOC, doc_png: Path 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--types", default=",".join(TYPES), help="comma-separated types")
+    parser.add_argument(
+        "--types",
+        default=",".join([*TYPES, *VARIANTS]),
+        help="comma-separated types (and variants: " + ", ".join(VARIANTS) + ")",
+    )
     parser.add_argument("--ci", action="store_true", help="the reduced matrix (CI's bar)")
     parser.add_argument("--out", default=None, help="run directory (default: a temporary one)")
     parser.add_argument("--doc", action="store_true", help="write docs/learning.md's table")
