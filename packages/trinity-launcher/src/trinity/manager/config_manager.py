@@ -20,24 +20,25 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from trinity.algorithm.resolve import COMPONENT_FIELDS, resolve_algorithm
+from trinity.algorithm.resolve import COMPONENT_FIELDS
 from trinity.manager.config_io import (
     YAMLLoadError,
-    get_path,
-    has_path,
     key_for_path,
     normalize_path,
     parse_yaml,
     pop_path,
-    schema_defaults,
     set_path,
     to_yaml,
     validate,
 )
+from trinity.manager.config_loading import (
+    EVAL_TASKSETS_PATH,
+    OPERATORS_PATH,
+    load_into_page,
+)
 from trinity.manager.config_registry import CONFIG_GENERATORS
 from trinity.manager.config_registry._common import run_mode
 from trinity.manager.config_registry.algorithm_config_manager import (
-    _dump_args,
     apply_algorithm_type_defaults,
     component_args_editor,
     is_offline,
@@ -48,7 +49,6 @@ from trinity.manager.config_registry.buffer_config_manager import (
     _OFFLINE_KEYS,
     _TASKSET_ARGS,
     EVAL_TASKSET_KEYS,
-    add_eval_taskset,
 )
 from trinity.manager.config_registry.model_config_manager import set_trainer_gpu_num
 from trinity.manager.run_control import (  # noqa: F401 - re-exported
@@ -60,13 +60,6 @@ from trinity.manager.run_control import (  # noqa: F401 - re-exported
 )
 
 PAGE_MODES = ("Beginner Mode", "Expert Mode")
-OPERATORS_PATH = "data_processor.experience_pipeline.operators"
-EVAL_TASKSETS_PATH = "buffer.explorer_input.eval_tasksets"
-# Where older configs (and the quickstart) put values the page keeps elsewhere.
-ALTERNATE_PATHS = {
-    "default_workflow_type": "buffer.explorer_input.taskset.default_workflow_type",
-    "default_reward_fn_type": "buffer.explorer_input.taskset.default_reward_fn_type",
-}
 # Entries drawn by a composite entry (taskset_args, offline_dataset_args, ...), not on their own.
 _COMPOSITE_PARTS = set(_TASKSET_ARGS) | set(_OFFLINE_KEYS) | {"trainer_gpu_num_display"}
 
@@ -575,88 +568,8 @@ class ConfigManager:
 
     # ------------------------------------------------------------------ loading a YAML
     def load_config_dict(self, data: dict[str, Any]) -> None:
-        """Put a config (as parsed from YAML) into the page, keeping what the page cannot show.
-
-        Every entry with a ``config_path`` takes the YAML's value, or the schema's default when
-        the YAML leaves it out (so the generated config means what the loaded one meant).
-        Whatever no entry covers stays in ``_loaded_config`` and is written back unchanged.
-        """
-        data = copy.deepcopy(data)
-        base = copy.deepcopy(data)
-        defaults = schema_defaults()
-        moved = {}
-        for key, alternate in ALTERNATE_PATHS.items():
-            path = CONFIG_GENERATORS.config_paths[key]
-            if not has_path(data, path) and has_path(data, alternate):
-                set_path(data, path, get_path(data, alternate))
-                moved[key] = alternate  # written back where the YAML had it
-        st.session_state["_moved_paths"] = moved
-        problems = []
-        for key, path in CONFIG_GENERATORS.config_paths.items():
-            value = get_path(data, path) if has_path(data, path) else get_path(defaults, path)
-            try:
-                value = _coerce(value, CONFIG_GENERATORS.default_config.get(key))
-            except ValueError:
-                problems.append(f"`{path}`: {value!r} cannot be edited here; kept as written")
-                continue
-            # the base keeps the value too: it is what gets written while the entry is hidden
-            st.session_state[key] = copy.deepcopy(value)
-        # the algorithm: what the launcher resolves, so the page shows effective values
-        try:
-            resolved = resolve_algorithm(data.get("algorithm") or {}).to_dict()
-        except Exception:
-            resolved = None
-        if resolved is not None:
-            st.session_state["repeat_times"] = resolved["repeat_times"]
-            st.session_state["loss_agg_mode"] = resolved["loss_agg_mode"]
-            for field in COMPONENT_FIELDS:
-                st.session_state[field] = resolved[field]
-                st.session_state[f"{field}_args"] = _dump_args(resolved[f"{field}_args"])
-            for field in (*COMPONENT_FIELDS, "loss_agg_mode"):
-                pop_path(base, f"algorithm.{field}")
-                pop_path(base, f"algorithm.{field}_args")
-        # eval task sets
-        for idx in range(st.session_state["_eval_tasksets_num"]):
-            for short in EVAL_TASKSET_KEYS:
-                st.session_state.pop(f"eval_taskset_{idx}_{short}", None)
-            st.session_state.pop(f"_eval_taskset_{idx}_extra", None)
-        st.session_state["_eval_tasksets_num"] = 0
-        for entry in get_path(data, EVAL_TASKSETS_PATH) or []:
-            if not isinstance(entry, dict):
-                continue
-            extra = copy.deepcopy(entry)
-            values = {}
-            for short, (path, _) in EVAL_TASKSET_KEYS.items():
-                if has_path(entry, path):
-                    values[short] = get_path(entry, path)
-                    pop_path(extra, path)
-            idx = st.session_state["_eval_tasksets_num"]
-            add_eval_taskset(values)
-            st.session_state[f"_eval_taskset_{idx}_extra"] = extra
-        pop_path(base, EVAL_TASKSETS_PATH)
-        # experience operators
-        operators = get_path(data, OPERATORS_PATH) or []
-        names, op_args = [], {}
-        for op in operators:
-            if isinstance(op, dict) and op.get("name"):
-                names.append(op["name"])
-                if op.get("args"):
-                    op_args[op["name"]] = op["args"]
-        st.session_state["experience_operators"] = names
-        st.session_state["experience_operator_args"] = _dump_args(op_args)
-        pop_path(base, OPERATORS_PATH)
-        # derived page state
-        gpus = st.session_state["gpu_per_node"] * st.session_state["node_num"]
-        st.session_state["total_gpu_num"] = gpus
-        set_trainer_gpu_num()
-        tbs = st.session_state.get("train_batch_size")
-        if tbs and st.session_state["trainer_gpu_num"] > 0:
-            st.session_state["_train_batch_size_per_gpu"] = max(
-                tbs // st.session_state["trainer_gpu_num"], 1
-            )
-        st.session_state["_loaded_config"] = base
-        st.session_state["_load_problems"] = problems
-        st.session_state.config_generated = False
+        """Put a config (as parsed from YAML) into the page: :func:`load_into_page`."""
+        load_into_page(data)
 
     def load_panel(self) -> None:
         """Sidebar: load a YAML file (or pasted text) into the page to edit it."""
@@ -714,40 +627,6 @@ class ConfigManager:
             st.session_state["_run_dir"] = job_dir
         st.text_input("Run directory (holds metrics.jsonl)", key="_run_dir")
         show_metrics(st.session_state.get("_run_dir") or "", live=running)
-
-
-def _coerce(value: Any, default: Any) -> Any:
-    """A loaded value in the type the entry's widget holds (YAML writes ``1`` for ``1.0``).
-
-    Raises:
-        ValueError: the value cannot be shown by that widget (e.g. an interpolation string
-            in a number field); the caller keeps it in the YAML as written.
-    """
-    if value is None:
-        return "" if isinstance(default, str) else None
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        raise ValueError(value)
-    if (
-        isinstance(default, float)
-        and isinstance(value, (int, float, str))
-        and not isinstance(value, bool)
-    ):
-        return float(value)
-    if isinstance(default, int) and not isinstance(value, bool):
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
-        raise ValueError(value)
-    if isinstance(default, str) and not isinstance(value, str):
-        if isinstance(value, (dict, list)):
-            raise ValueError(value)
-        return str(value)
-    return value
 
 
 if __name__ == "__main__":
