@@ -77,6 +77,24 @@ def _pick(section: Mapping[str, Any], key: str, cast: type, default: Any, where:
         ) from None
 
 
+#: Critic settings read as they are, each falling back to the policy engine's: (part of
+#: ``trainer.trainer_config.critic``, verl's key there, type, :class:`VerlEngineSettings` field)
+_CRITIC_KEYS: tuple[tuple[str, str, type, str], ...] = (
+    ("optim", "lr", float, "lr"),
+    ("optim", "weight_decay", float, "weight_decay"),
+    ("optim", "lr_warmup_steps", int, "lr_warmup_steps"),
+    ("optim", "lr_warmup_steps_ratio", float, "lr_warmup_steps_ratio"),
+    ("optim", "min_lr_ratio", float, "min_lr_ratio"),
+    ("", "ppo_micro_batch_size_per_gpu", int, "micro_batch_size"),
+    ("", "forward_micro_batch_size_per_gpu", int, "infer_micro_batch_size"),
+    ("", "use_dynamic_bsz", bool, "use_dynamic_bsz"),
+    ("", "ulysses_sequence_parallel_size", int, "ulysses_sequence_parallel_size"),
+    ("model", "enable_gradient_checkpointing", bool, "gradient_checkpointing"),
+    ("model.fsdp_config", "param_offload", bool, "param_offload"),
+    ("model.fsdp_config", "optimizer_offload", bool, "optimizer_offload"),
+)
+
+
 class VerlCriticEngine(VerlTrainEngine):
     """A value model (``V(s_t)`` per token) trained on verl's FSDP2 engine.
 
@@ -147,20 +165,24 @@ class VerlCriticEngine(VerlTrainEngine):
             )
 
         base = VerlEngineSettings.from_config(config, **overrides)
+        parts = {"": section, "optim": optim, "model": model, "model.fsdp_config": fsdp}
+        kwargs: dict[str, Any] = {
+            field: _pick(
+                parts[part],
+                key,
+                kind,
+                getattr(base, field),
+                ".".join(filter(None, (_CRITIC_PATH, part))),
+            )
+            for part, key, kind, field in _CRITIC_KEYS
+        }
         where_optim = f"{_CRITIC_PATH}.optim"
         scheduler = optim.get("warmup_style") or optim.get("lr_scheduler_type")
         optimizer = optim.get("optimizer")
-        kwargs: dict[str, Any] = dict(
+        kwargs.update(
             model_path=config.model.critic_model_path or config.model.model_path,
             tokenizer_path=config.model.model_path,
-            lr=_pick(optim, "lr", float, base.lr, where_optim),
             betas=tuple(optim["betas"]) if optim.get("betas") is not None else base.betas,
-            weight_decay=_pick(optim, "weight_decay", float, base.weight_decay, where_optim),
-            lr_warmup_steps=_pick(optim, "lr_warmup_steps", int, base.lr_warmup_steps, where_optim),
-            lr_warmup_steps_ratio=_pick(
-                optim, "lr_warmup_steps_ratio", float, base.lr_warmup_steps_ratio, where_optim
-            ),
-            min_lr_ratio=_pick(optim, "min_lr_ratio", float, base.min_lr_ratio, where_optim),
             lr_scheduler_type=str(scheduler) if scheduler else base.lr_scheduler_type,
             optimizer=_OPTIMIZERS.get(str(optimizer).lower(), str(optimizer))
             if optimizer
@@ -172,19 +194,6 @@ class VerlCriticEngine(VerlTrainEngine):
                 _pick(optim, "clip_grad", float, base.grad_clip, where_optim),
                 _CRITIC_PATH,
             ),
-            micro_batch_size=_pick(
-                section, "ppo_micro_batch_size_per_gpu", int, base.micro_batch_size, _CRITIC_PATH
-            ),
-            infer_micro_batch_size=_pick(
-                section,
-                "forward_micro_batch_size_per_gpu",
-                int,
-                base.infer_micro_batch_size,
-                _CRITIC_PATH,
-            ),
-            use_dynamic_bsz=_pick(
-                section, "use_dynamic_bsz", bool, base.use_dynamic_bsz, _CRITIC_PATH
-            ),
             # 0 (Trinity-RFT's "unset") keeps the policy's budget
             max_token_len_per_gpu=_pick(section, "ppo_max_token_len_per_gpu", int, 0, _CRITIC_PATH)
             or base.max_token_len_per_gpu,
@@ -192,30 +201,6 @@ class VerlCriticEngine(VerlTrainEngine):
                 section, "forward_max_token_len_per_gpu", int, 0, _CRITIC_PATH
             )
             or base.infer_max_token_len_per_gpu,
-            ulysses_sequence_parallel_size=_pick(
-                section,
-                "ulysses_sequence_parallel_size",
-                int,
-                base.ulysses_sequence_parallel_size,
-                _CRITIC_PATH,
-            ),
-            gradient_checkpointing=_pick(
-                model,
-                "enable_gradient_checkpointing",
-                bool,
-                base.gradient_checkpointing,
-                f"{_CRITIC_PATH}.model",
-            ),
-            param_offload=_pick(
-                fsdp, "param_offload", bool, base.param_offload, f"{_CRITIC_PATH}.model.fsdp_config"
-            ),
-            optimizer_offload=_pick(
-                fsdp,
-                "optimizer_offload",
-                bool,
-                base.optimizer_offload,
-                f"{_CRITIC_PATH}.model.fsdp_config",
-            ),
         )
         kwargs.update(overrides)
         settings = replace(base, **kwargs)
