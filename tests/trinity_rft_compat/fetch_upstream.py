@@ -53,6 +53,52 @@ FILES: dict[str, tuple[str, str, str]] = {
         "dc72b7aa836f828bbc919893317cc746ff4057d1",
         "e1c9ce49fb3e32cce0548326145d51989c85b9a4ee2a83d8caff8e1ccb4d65b5",
     ),
+    "buffer/sql_test.py": (
+        "tests/buffer/sql_test.py",
+        "163b53a6f1ff0726db40db7dc6a4f7805bf9053e",
+        "931f1066fc769e3ed0ee0a10e278fb248a62045b8fc45005be92a383d43a2a5c",
+    ),
+    "explorer/step_wise_workflow_test.py": (
+        "tests/explorer/step_wise_workflow_test.py",
+        "7a933e4fd1a93537d3c7a4430e558ace0b80f2dc",
+        "8b82debef3015903aa16bedc707300ed4207e94a9535ab4c03faff7add4e6dba",
+    ),
+    "utils/eval_utils_test.py": (
+        "tests/utils/eval_utils_test.py",
+        "8e2776b90bdad23156e6077515db7bfa28211d2a",
+        "b71eb16d5c39a374ecbd5df2ffb5eb44b1b486817d211b67bbb9fc13c390714f",
+    ),
+    "utils/registry_test.py": (
+        "tests/utils/registry_test.py",
+        "b66c303314f15aa633eca040d9263182a1c6dd8a",
+        "dbbac5478a21f4eb1a90a415ace3a675c08ca69dcb0d073056185b213407cc41",
+    ),
+    # helpers the tests import as ``tests.tools`` / ``tests.utils.plugins.*`` (conftest.py
+    # makes ``tests.*`` resolve under upstream/ first)
+    "tools.py": (
+        "tests/tools.py",
+        "b79a14686388aa6438361b361499b8117c487859",
+        "748f04aa53a3aa5d9bd29f0c0ca45a1e1f298c1bc503558f535ce562dab58133",
+    ),
+    "utils/plugins/main.py": (
+        "tests/utils/plugins/main.py",
+        "d422bbd9ef965778c6a5a28e4b719fb2085eb04f",
+        "dcc88b1ec96ee97789dbdac1dbb65a6de4902705bf6f72dcc00e9fd2ec4fba05",
+    ),
+    "utils/plugins/dependencies.py": (
+        "tests/utils/plugins/dependencies.py",
+        "54c2d72b8475f91261f0cb67c37ff955f5430b68",
+        "b157334e4c94426638537826c60f6e6ebc5a6df55ec985e808180c666cc9b848",
+    ),
+}
+
+#: files whose pinned commit was taken from another repository of the same fork network (the
+#: repository's later name, or a maintainer's fork): local path -> owner/name to fetch from
+FILE_REPOS: dict[str, str] = {
+    "utils/registry_test.py": "agentscope-ai/Trinity-RFT",
+    "tools.py": "agentscope-ai/Trinity-RFT",
+    "utils/plugins/main.py": "pan-x-c/Trinity-RFT",
+    "utils/plugins/dependencies.py": "yanxi-chen/Trinity-RFT",
 }
 
 
@@ -104,7 +150,8 @@ def main() -> int:
         return fetch_examples()
     bad = 0
     for local, (path, commit, sha) in FILES.items():
-        url = f"https://raw.githubusercontent.com/{REPO}/{commit}/{path}"
+        repo = FILE_REPOS.get(local, REPO)
+        url = f"https://raw.githubusercontent.com/{repo}/{commit}/{path}"
         data = urllib.request.urlopen(url, timeout=60).read()  # noqa: S310 - fixed https URL
         digest = hashlib.sha256(data).hexdigest()
         if digest != sha:
