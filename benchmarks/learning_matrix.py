@@ -17,7 +17,8 @@ the other (a fresh launcher process each, so one type's failure cannot poison th
   right answer wins its preference pair against every wrong digit (DPO's implicit reward,
   policy vs the initial model; chance about 0.1);
 * the :data:`VARIANTS`: a type with a feature switched on (``grpo-token-tis``: the quickstart
-  with rollout correction), run beside the type to show the feature does not hurt learning.
+  with rollout correction; ``grpo-fully-async``: with ``sync_style: fully_async``), run beside
+  the type to show the feature does not hurt learning.
 
 The bar (:data:`FULL_BAR`): the first 5 points' mean is at most 0.2 and the last 5 points' mean
 at least 0.6. ``--ci`` runs the reduced matrix of ``tests/test_learning_matrix.py`` (fewer steps
@@ -218,6 +219,12 @@ VARIANTS: dict[str, Variant] = {
         note="the quickstart with rollouts one step behind the trainer (`sync_offset: 1`) and "
         "token-level truncated importance sampling between the rollout engine's and the "
         "trainer's log-probs (verl's `decoupled_token_is` preset)",
+    ),
+    "grpo-fully-async": Variant(
+        "grpo",
+        {"synchronizer": {"sync_style": "fully_async"}},
+        note="the quickstart with `sync_style: fully_async`: the explorer runs up to 2 batches "
+        "ahead of the trainer and new weights reach the engine under requests in flight",
     ),
 }
 

@@ -725,3 +725,19 @@ def test_colocate_is_synchronous_and_shares_every_gpu() -> None:
     assert config.synchronizer.sync_method == "memory"
     assert (config.cluster.rollout_gpu_num, config.cluster.trainer_gpu_num) == (1, 1)
     assert "no GPU left for the trainer" in str(error_of({"mode": "both", **one_gpu}))
+
+
+def test_fully_async_reads_max_inflight_batches_and_other_styles_refuse_it() -> None:
+    """``sync_style: fully_async`` (Trinity-RFT 0.6's name) is accepted, case-insensitively,
+    and reads ``explorer.max_inflight_batches``; with another style a value other than the
+    default is refused, naming the style that reads it; colocate stays synchronous."""
+    config = load_config(
+        {"synchronizer": {"sync_style": "FULLY_ASYNC"}, "explorer": {"max_inflight_batches": 3}}
+    )
+    assert config.synchronizer.sync_style == "fully_async"
+    assert config.explorer.max_inflight_batches == 3
+    error = error_of({"explorer": {"max_inflight_batches": 3}})
+    issue = issue_at(error, "explorer.max_inflight_batches")
+    assert issue.value == 3 and "not supported yet" in str(issue) and "fully_async" in str(issue)
+    error = error_of({"mode": "colocate", "synchronizer": {"sync_style": "fully_async"}})
+    assert "allowed: 'fixed'" in str(issue_at(error, "synchronizer.sync_style"))

@@ -95,6 +95,9 @@ class Engines:
     #: a generation happened while asleep or while weights were replaced
     violations: list[str] = field(default_factory=list)
     loading: bool = False
+    #: the engines take new weights under running requests (sync_style fully_async): a push
+    #: without the generation lock is allowed, and a step may span two versions
+    in_flight: bool = False
 
 
 class FakeSupervisor:
@@ -185,7 +188,8 @@ class FakeExplorer:
             await asyncio.sleep(self.slow_step[1] if slow else 0)
             if self.fail_at == step:
                 raise Injected(f"explore step {step} failed (injected)")
-            if self.engines.version != version:
+            last = self.engines.version
+            if last != version and not self.engines.in_flight:
                 self.engines.violations.append(f"step {step} saw weights change mid-step")
         tasks = self.batch // 2 if step in self.partial else self.batch
         exps = [
@@ -201,7 +205,7 @@ class FakeExplorer:
         ]
         for exp in exps:
             exp.model_version = version
-        self.generated[step] = {version}
+        self.generated[step] = {version, last}
         # commit (synchronously, as the real explorer does), then write
         self.step = step
         metrics = {"rollout/tasks": float(tasks), "rollout/model_version": float(version)}
@@ -322,7 +326,7 @@ class FakeSync:
 
     async def push(self, version: int) -> float:
         lock = self.explorer.generation_lock
-        if not lock.locked():
+        if not lock.locked() and not self.engines.in_flight:
             self.engines.violations.append(f"push {version} without the generation lock")
         await asyncio.sleep(0)
         self.engines.version = int(version)

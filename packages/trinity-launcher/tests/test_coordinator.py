@@ -78,12 +78,14 @@ class Run:
             self.coordinator.records.sink.close()
 
     def versions(self) -> dict[int, int]:
-        """explore step -> the version its experiences were generated with."""
+        """explore step -> the version its experiences were generated with (the first one
+        where new weights arrived mid-step: only with in-flight updates)."""
         assert self.explorer is not None
         out = {}
         for step, versions in self.explorer.generated.items():
-            assert len(versions) == 1, (step, versions)  # a step never mixes versions
-            out[step] = next(iter(versions))
+            # a step never mixes versions, unless the engines take weights in flight
+            assert len(versions) == 1 or self.engines.in_flight, (step, versions)
+            out[step] = min(versions)
         return out
 
     def metric_steps(self) -> list[int]:
@@ -149,6 +151,7 @@ def build(
             checkpointer.restore_trainer(ft, point.train_step)
     sync = FakeSync(engines, fx) if fx is not None and ft is not None else None
     policy = sync_policy(style, interval, offset) if sync is not None else Unsynced()
+    engines.in_flight = policy.in_flight_updates
     turns = None
     if colocated:
         turns = TakingTurns(Colocation(FakeSupervisor(engines), ft.global_step), lock)
@@ -185,10 +188,19 @@ def check_versions(run: Run, style: str, interval: int, offset: int) -> None:
             assert version == need, (step, version, need)
         elif style == "dynamic_by_trainer":  # at least those: pushed before they count as done
             assert version >= need, (step, version, need)
+        elif style == "fully_async":  # no lower bound: generation never waits for weights
+            pass
         elif (step - 1) % interval == 0 and step > 1:  # dynamic_by_explorer: asked before it
             assert version >= need, (step, version, need)
     assert [versions[s] for s in sorted(versions)] == sorted(versions.values())
     assert run.engines.violations == []
+
+
+def ahead_bound(style: str, interval: int, offset: int) -> int:
+    """How many explore steps past the last trained one the explorer may have run."""
+    if style == "fully_async":  # max_inflight_batches (2) batches not yet trained
+        return 2
+    return offset + interval
 
 
 def trained_once(run: Run) -> list[str]:
@@ -230,6 +242,16 @@ def test_policies_answer_from_the_clock_alone():
     assert not explorer_driven.pushes_after(3) and explorer_driven.asks_before(3, 0)
     assert not explorer_driven.asks_before(2, 0)
     assert FixedSync().may_explore(SyncClock(trainer_done=True), 99)  # the trainer has ended
+    fully_async = sync_policy("fully_async", 2, 0, max_inflight_batches=2)
+    # at most 2 batches explored and not trained: step 3 waits for train step 1
+    assert fully_async.may_explore(SyncClock(trained=0), 2)
+    assert not fully_async.may_explore(SyncClock(trained=0), 3)
+    assert fully_async.may_explore(SyncClock(trained=1), 3)
+    assert fully_async.pushes_after(4) and not fully_async.pushes_after(3)
+    assert fully_async.may_push(SyncClock(), 4) and fully_async.in_flight_updates
+    assert not FixedSync().in_flight_updates
+    with pytest.raises(ValueError, match="max_inflight_batches"):
+        sync_policy("fully_async", max_inflight_batches=0)
     with pytest.raises(ValueError, match="is not a sync style"):
         sync_policy("fully_sync")
     with pytest.raises(ValueError, match="sync_interval"):
@@ -289,7 +311,7 @@ def test_a_trainer_that_raises_ends_the_run_with_its_error(tmp_path, style, inte
     with pytest.raises(Injected, match="train step 3"):
         run.go()
     assert run.trainer.global_step == 2 and run.explorer.closed
-    assert run.explorer.step <= 3 + offset + interval  # the explorer stopped, not ran on
+    assert run.explorer.step <= 3 + ahead_bound(style, interval, offset)  # stopped, not ran on
     check_versions(run, style, interval, offset)
 
 
@@ -309,7 +331,7 @@ def test_a_kill_between_commit_and_checkpoint_resumes_exactly(tmp_path, style, i
     point = RunCheckpointer(killed.checkpointer.settings).find()
     assert point is not None and point.train_step == 2
     ahead = point.explore_step
-    assert 2 <= ahead <= 2 + offset + interval
+    assert 2 <= ahead <= 2 + ahead_bound(style, interval, offset)
     assert point.explorer == {"step": ahead, "taskset": {"current_index": ahead * BATCH}}
     assert sorted(e.eid.rid for e in point.experiences) == sorted(
         rid for s in range(3, ahead + 1) for rid in rids(s)
@@ -325,12 +347,39 @@ def test_a_kill_between_commit_and_checkpoint_resumes_exactly(tmp_path, style, i
     assert min(versions.values()) >= 2 and resumed.sync.pushed[0] == 2
     for step, version in versions.items():
         assert version <= step - 1
-        if style != "dynamic_by_explorer":  # (it asks every sync_interval steps from here)
+        # (dynamic_by_explorer asks every sync_interval steps from here; fully_async never
+        # waits for weights)
+        if style not in ("dynamic_by_explorer", "fully_async"):
             assert version >= required_version(step, interval, offset)
     assert resumed.engines.violations == []
 
 
 # ---------------------------------------------------------------------- other policies
+def test_fully_async_pushes_under_a_generating_step_and_never_holds_the_trainer(tmp_path):
+    """``fully_async``: explore step 3 generates for a while; meanwhile the trainer trains
+    steps 1-2 and pushes, and the push lands under step 3's requests (it spans two versions)
+    instead of waiting for the step to end. Everything is still trained once, in order."""
+    run = build(tmp_path, "fully_async", 1, 0, explorer={"slow_step": (3, 0.5)})
+    run.go()
+    spans = {s: v for s, v in run.explorer.generated.items() if len(v) > 1}
+    assert 3 in spans and min(spans[3]) < max(spans[3]), run.explorer.generated
+    assert run.engines.violations == []
+    assert run.sync.pushed == list(range(1, 9))
+    assert run.trainer.trained == {s: rids(s) for s in range(1, 9)}
+    # never more than max_inflight_batches (2) batches ahead of the trainer
+    for step, version in run.versions().items():
+        assert version <= step - 1
+
+
+def test_fixed_waits_for_the_generating_step_before_it_pushes(tmp_path):
+    """The same slow step under ``dynamic_by_trainer`` (offset 1: the explorer runs ahead):
+    the push waits for the step to finish generating, so no step spans two versions."""
+    run = build(tmp_path, "dynamic_by_trainer", 1, 1, explorer={"slow_step": (3, 0.5)})
+    run.go()
+    assert all(len(v) == 1 for v in run.explorer.generated.values())
+    assert run.engines.violations == []
+
+
 def test_colocated_turns_never_generate_while_the_trainer_has_the_devices(tmp_path):
     run = build(tmp_path, colocated=True)
     last = run.go()

@@ -204,8 +204,8 @@ class SyncStyle(CaseInsensitiveEnum, metaclass=SyncStyleEnumMeta):
     """``synchronizer.sync_style``.
 
     ``TRAINER_DRIVEN`` / ``EXPLORER_DRIVEN`` are Trinity-RFT 0.6's names of the two dynamic
-    styles (aliases of the same members). ``FULLY_ASYNC`` exists so code naming it imports; our
-    configs refuse ``sync_style: fully_async`` (not supported).
+    styles (aliases of the same members). ``FULLY_ASYNC``: generation never waits for a weight
+    push, and pushes reach the engines while requests are in flight.
     """
 
     FIXED = "fixed"

@@ -113,6 +113,14 @@ def rollout_metrics(exps: Sequence[Experience]) -> dict[str, float]:
     versions = [e.model_version for e in exps if e.model_version is not None]
     if versions:
         out["rollout/model_version"] = float(max(versions))
+        out["rollout/model_version/min"] = float(min(versions))
+        # experiences whose request spanned a weight update (sync_style fully_async)
+        spanned = [e for e in exps if "model_version_last" in (e.info or {})]
+        out["rollout/in_flight_updated"] = float(len(spanned))
+        if spanned:
+            out["rollout/model_version/last_max"] = float(
+                max(e.info["model_version_last"] for e in spanned)
+            )
     sums: dict[str, list[float]] = {}
     for exp in exps:
         for key, value in (exp.metrics or {}).items():

@@ -189,7 +189,12 @@ class RunSession:
                 config.synchronizer, explorer, trainer.engine, job_dir=config.checkpoint_job_dir
             )
             s = config.synchronizer
-            policy = sync_policy(s.sync_style, s.sync_interval, s.sync_offset)
+            policy = sync_policy(
+                s.sync_style,
+                s.sync_interval,
+                s.sync_offset,
+                max_inflight_batches=config.explorer.max_inflight_batches,
+            )
             if spec.colocated:  # the engines and the trainer take turns
                 from trinity.launcher.colocate import Colocation
 

@@ -132,7 +132,7 @@ SyncMethodName = Annotated[
     _normalized(SYNC_METHOD_ALIASES),
 ]
 SyncStyleName = Annotated[
-    Literal["fixed", "dynamic_by_explorer", "dynamic_by_trainer"],
+    Literal["fixed", "dynamic_by_explorer", "dynamic_by_trainer", "fully_async"],
     _normalized(SYNC_STYLE_ALIASES),
 ]
 #: ``engine_type``: a built-in engine type or any name in ``trinity.common.engines.ENGINES``.

@@ -265,9 +265,10 @@ UNSUPPORTED_FIELDS: dict[tuple[str, str], tuple[_Check, str]] = {
         "its actors); allowed: 'explorer' (or leave it out)",
     ),
     ("ExplorerConfig", "max_inflight_batches"): (
-        _only(2),
-        "a bound on train batches in flight is not supported yet (synchronizer.sync_offset "
-        "and sync_style bound how far the explorer runs ahead); allowed: 2",
+        lambda value, cfg: value == 2 or cfg.synchronizer.sync_style == "fully_async",
+        "a bound on batches in flight is read with synchronizer.sync_style 'fully_async' only; "
+        "with other styles it is not supported yet (synchronizer.sync_offset bounds how far "
+        "the explorer runs ahead); allowed: 2, or set sync_style: fully_async",
     ),
     ("ExplorerConfig", "proxy_port"): (_only(8010), "proxy_port " + _SERVE + "8010"),
     ("ExplorerConfig", "listen_address"): (

@@ -567,7 +567,12 @@ class ExplorerConfig(_Section):
     runner_state_report_interval: Int = Field(
         0, ge=0, description="Report runner state every N seconds; 0 disables."
     )
-    max_inflight_batches: Int = Field(2, ge=1, description="Train batches held concurrently.")
+    max_inflight_batches: Int = Field(
+        2,
+        ge=1,
+        description="sync_style fully_async: batches the explorer may have generated and the "
+        "trainer not yet trained (how far it runs ahead).",
+    )
 
 
 class SynchronizerConfig(_Section):
@@ -577,7 +582,7 @@ class SynchronizerConfig(_Section):
         "nccl", description="nccl (GPU broadcast), checkpoint (via disk) or memory."
     )
     sync_style: SyncStyleName = Field(
-        "fixed", description="fixed, dynamic_by_explorer or dynamic_by_trainer."
+        "fixed", description="fixed, dynamic_by_explorer, dynamic_by_trainer or fully_async."
     )
     sync_interval: Int = Field(1, ge=1, description="Synchronise every N steps.")
     explorer_sync_interval: Optional[Int] = Field(

@@ -75,13 +75,16 @@ class Draws:
     #: the prompt decoded (cut to ``truncated_at`` tokens where it was cut)
     prompt_text: str
     samples: list[Sample]
-    #: the weights that drew them
+    #: the weights that drew the last tokens
     model_version: int
     #: ``n`` asked for (the size of a prompt-truncated answer)
     n: int = 1
     #: the prompt was longer than this many tokens, so nothing was sampled (and
     #: ``enable_prompt_truncation`` allowed that answer)
     truncated_at: Optional[int] = None
+    #: the weights served when the request started (``None``: ``model_version``); differs
+    #: from ``model_version`` when new weights arrived while it ran (in-flight update)
+    first_model_version: Optional[int] = None
 
 
 def assemble_experiences(draws: Draws) -> list[Experience]:
@@ -91,6 +94,10 @@ def assemble_experiences(draws: Draws) -> list[Experience]:
         return prompt_truncated_experiences(
             prompt_ids, draws.truncated_at, draws.n, draws.prompt_text, draws.model_version
         )
+    first = draws.model_version if draws.first_model_version is None else draws.first_model_version
+    # a request that spanned a weight update: its oldest tokens' version is the experience's
+    # (what staleness counts), the newest one is kept beside it
+    info = {"model_version_last": draws.model_version} if first != draws.model_version else {}
     return [
         Experience(
             tokens=prompt_ids + list(s.token_ids),
@@ -99,7 +106,8 @@ def assemble_experiences(draws: Draws) -> list[Experience]:
             prompt_text=draws.prompt_text,
             response_text=s.text,
             truncate_status="response_truncated" if s.finish_reason == "length" else None,
-            model_version=draws.model_version,
+            model_version=first,
+            info=dict(info),
         )
         for s in draws.samples
     ]
@@ -435,13 +443,19 @@ class BaseRolloutEngine:
             text = self.tokenizer.decode(prompt_ids[:limit])
             return Draws(prompt_ids, text, [], self.model_version, n=n, truncated_at=limit)
         params = self.sampling_params(kwargs, len(prompt_ids))
+        first_version = self.model_version
         samples = await self._sample(prompt_ids, params)
         skip = bool(params.get("skip_special_tokens", True))
         for s in samples:
             if s.text is None:
                 s.text = self.tokenizer.decode(s.token_ids, skip_special_tokens=skip)
         return Draws(
-            prompt_ids, self.tokenizer.decode(prompt_ids), samples, self.model_version, n=n
+            prompt_ids,
+            self.tokenizer.decode(prompt_ids),
+            samples,
+            self.model_version,
+            n=n,
+            first_model_version=first_version,
         )
 
     async def serves_draws(self) -> bool:

@@ -183,6 +183,28 @@ def client_class() -> type:
         ) -> Any:
             return await self._call(self.collective_rpc, method, timeout, args, kwargs)
 
+        # vLLM's InprocClient lacks the scheduler's pause / resume (AsyncLLM's
+        # pause_generation / resume_generation): the engine core has them, run on its thread
+        def pause_scheduler(self, mode: str = "abort", clear_cache: bool = True) -> None:
+            self.engine_core.pause_scheduler(mode=mode, clear_cache=clear_cache)
+
+        def resume_scheduler(self) -> None:
+            self.engine_core.resume_scheduler()
+
+        def is_scheduler_paused(self) -> bool:
+            return self.engine_core.is_scheduler_paused()
+
+        async def pause_scheduler_async(
+            self, mode: str = "abort", clear_cache: bool = True
+        ) -> None:
+            await self._call(self.pause_scheduler, mode, clear_cache)
+
+        async def resume_scheduler_async(self) -> None:
+            await self._call(self.resume_scheduler)
+
+        async def is_scheduler_paused_async(self) -> bool:
+            return await self._call(self.is_scheduler_paused)
+
         def shutdown(self, timeout: Optional[float] = None) -> None:
             if self._thread.is_alive():
                 self._inbox.put(_STOP)

@@ -321,8 +321,6 @@ class VLLMEngine(BaseRolloutEngine):
 
     # ------------------------------------------------------------------ weights
     async def _load_weights(self, weights: dict[str, Tensor]) -> None:
-        from safetensors.torch import save_file
-
         await self.start()
         if self.asleep is not None and self._sleep_mode() and not self._weights_awake:
             # the weights' memory must be mapped to be written (verl's order: weights, load,
@@ -330,6 +328,21 @@ class VLLMEngine(BaseRolloutEngine):
             await self.llm.wake_up(tags=["weights"])
             self._weights_awake = True
         weights = _with_tied_head(weights, self.llm.model_config.hf_config)
+        # requests in flight (sync_style fully_async): freeze them (their KV kept) so that no
+        # decode step runs between the reload and the recompute below (one would pair the new
+        # weights with the old KV)
+        in_flight = self.llm.output_processor.get_num_unfinished_requests() > 0
+        if in_flight:
+            await self.llm.pause_generation(mode="keep", clear_cache=False)
+        try:
+            await self._reload(weights)
+        finally:
+            if in_flight:
+                await self.llm.resume_generation()
+
+    async def _reload(self, weights: dict[str, Tensor]) -> None:
+        from safetensors.torch import save_file
+
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         fd, path = tempfile.mkstemp(prefix="trinity-weights-", suffix=".safetensors", dir=shm)
         os.close(fd)
@@ -338,7 +351,11 @@ class VLLMEngine(BaseRolloutEngine):
             await self.llm.collective_rpc(_reload_from_file, args=(path,))
         finally:
             os.unlink(path)
-        await self.llm.reset_prefix_cache()
+        # The cached KV was computed with the old weights. Requests still running (a push
+        # under requests in flight: sync_style fully_async) are preempted and recomputed from
+        # their prompt and the tokens generated so far, then continue on the new weights; the
+        # tokens they sampled before keep the log-probs of the weights that sampled them.
+        await self.llm.reset_prefix_cache(reset_running_requests=True)
 
 
 def _allow_serving_off_the_main_thread(loop: asyncio.AbstractEventLoop) -> None:

@@ -395,10 +395,11 @@ class Coordinator:
         wait = time.perf_counter()
         async with self._changed:  # fixed: the steps that need older weights run first
             await self._changed.wait_for(lambda: self.policy.may_push(self.clock, step))
-        # not while a step generates with the old weights (colocate: the turn holds the lock)
+        # not while a step generates with the old weights (colocate: the turn holds the lock;
+        # fully_async: the engines take the weights under the requests in flight)
         guard = (
             self.generation_lock
-            if self.turns.push_takes_generation_lock
+            if self.turns.push_takes_generation_lock and not self.policy.in_flight_updates
             else contextlib.nullcontext()
         )
         async with guard:

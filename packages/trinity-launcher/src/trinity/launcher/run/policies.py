@@ -16,6 +16,10 @@ and nothing else, so each style is a few lines and the coordinator has no branch
   step? (``dynamic_by_explorer``: every ``sync_interval`` explore steps; the coordinator then
   pushes the weights of the last finished train step, never during one).
 
+and :attr:`SyncPolicy.in_flight_updates` says whether a push waits for the step that is
+generating (every style but ``fully_async``: a step runs on one version) or replaces the
+weights under its requests (``fully_async``: the engine pauses them, loads, and they go on).
+
 Trinity-RFT's ``need_sync`` follows the same split of who decides. A run with only one side
 (mode ``explore``: no trainer; mode ``train``: no engines) gets :class:`Unsynced`.
 
@@ -38,6 +42,7 @@ __all__ = [
     "SYNC_POLICIES",
     "ExplorerDrivenSync",
     "FixedSync",
+    "FullyAsyncSync",
     "SeparateDevices",
     "SyncPolicy",
     "TakingTurns",
@@ -61,6 +66,9 @@ class SyncPolicy(ABC):
     style: ClassVar[str] = ""
     #: the coordinator runs a task that answers the explorer's requests for weights
     serves_requests: ClassVar[bool] = False
+    #: a push replaces the engines' weights under requests in flight (it does not wait for
+    #: the explorer's step to finish generating)
+    in_flight_updates: ClassVar[bool] = False
 
     def __init__(self, interval: int = 1, offset: int = 0) -> None:
         if int(interval) < 1:
@@ -141,6 +149,39 @@ class ExplorerDrivenSync(SyncPolicy):
         return explored - synced_at >= self.interval
 
 
+class FullyAsyncSync(SyncPolicy):
+    """``fully_async``: generation never waits for a weight push. The explorer runs until it
+    has ``max_inflight_batches`` batches the trainer has not trained yet; the trainer pushes
+    every ``sync_interval`` steps, and the push replaces the engines' weights at once, under
+    requests in flight (:attr:`in_flight_updates`: it does not wait for the explorer's step
+    to finish generating). A request that spans a push records the version it started on and
+    the one it ended on (``Experience.model_version`` / ``info["model_version_last"]``)."""
+
+    style = "fully_async"
+    in_flight_updates = True
+
+    def __init__(self, interval: int = 1, offset: int = 0, max_inflight_batches: int = 2):
+        super().__init__(interval, offset)
+        if int(max_inflight_batches) < 1:
+            raise ValueError(
+                f"explorer.max_inflight_batches: {max_inflight_batches!r} must be >= 1"
+            )
+        self.max_inflight_batches = int(max_inflight_batches)
+
+    def may_explore(self, clock: SyncClock, explore_step: int) -> bool:
+        # steps 1 .. explore_step - 1 are explored; untrained: explore_step - 1 - trained
+        return clock.trainer_done or explore_step - 1 - clock.trained < self.max_inflight_batches
+
+    def pushes_after(self, train_step: int) -> bool:
+        return train_step % self.interval == 0
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(interval={self.interval}, "
+            f"max_inflight_batches={self.max_inflight_batches})"
+        )
+
+
 class Unsynced(SyncPolicy):
     """A run with one side only (mode ``explore`` or ``train``): nothing to wait for, no
     weights to move."""
@@ -154,12 +195,15 @@ class Unsynced(SyncPolicy):
 #: ``synchronizer.sync_style`` -> policy class (Trinity-RFT's aliases are normalised by the
 #: config schema: ``explorer_driven`` -> ``dynamic_by_explorer``, ...).
 SYNC_POLICIES: dict[str, type[SyncPolicy]] = {
-    cls.style: cls for cls in (FixedSync, TrainerDrivenSync, ExplorerDrivenSync)
+    cls.style: cls for cls in (FixedSync, TrainerDrivenSync, ExplorerDrivenSync, FullyAsyncSync)
 }
 
 
-def sync_policy(style: str, interval: int = 1, offset: int = 0) -> SyncPolicy:
-    """The policy of ``synchronizer.sync_style`` ``style``.
+def sync_policy(
+    style: str, interval: int = 1, offset: int = 0, max_inflight_batches: int = 2
+) -> SyncPolicy:
+    """The policy of ``synchronizer.sync_style`` ``style`` (``max_inflight_batches``:
+    ``explorer.max_inflight_batches``, read by ``fully_async`` only).
 
     Raises:
         ValueError: ``style`` names no policy (the message lists them).
@@ -171,6 +215,8 @@ def sync_policy(style: str, interval: int = 1, offset: int = 0) -> SyncPolicy:
             f"synchronizer.sync_style: {style!r} is not a sync style; use one of "
             f"{tuple(SYNC_POLICIES)}"
         ) from None
+    if cls is FullyAsyncSync:
+        return FullyAsyncSync(interval, offset, max_inflight_batches)
     return cls(interval, offset)
 
 
