@@ -1,10 +1,12 @@
-"""Step time of ``mode: both`` on the quickstart task: synchronous vs overlapped.
+"""Step time of ``mode: both`` on the quickstart task: synchronous vs overlapped vs fully async.
 
     .venv/bin/python benchmarks/step_bench.py [--steps 12] [--engine vllm|transformers]
+        [--preset default|realistic]
 
-Two runs of the quickstart's GRPO setup (tiny Qwen2 built locally, 8 arithmetic tasks x 8
-samples per step, verl FSDP2 trainer on CPU, memory weight sync every step), each for
-``--steps`` steps, one after the other in the same process tree:
+Three runs of the quickstart's GRPO setup (a tiny Qwen2 built locally, ``--preset`` of
+``trinity.launcher.tiny_model``; 8 arithmetic tasks x 8 samples per step, verl FSDP2 trainer on
+CPU, memory weight sync every step), each for ``--steps`` steps, one after the other in the
+same process tree:
 
 * ``sync_offset: 0`` (on-policy, nothing overlaps): the wall time of a step (end of one train
   step to the end of the next) against the sum of its parts measured in the same run, pure
@@ -14,6 +16,10 @@ samples per step, verl FSDP2 trainer on CPU, memory weight sync every step), eac
   ``max(generate, train)`` of the synchronous run; 1.0 means generation hides entirely behind
   training (or the other way round). On 2 shared CPU cores both sides compete for the same
   cores, so expect less overlap than on a machine with a GPU for each side.
+* ``sync_style: fully_async`` (the explorer up to 2 batches ahead, weights pushed under
+  requests in flight): its step against the synchronous one's (the speed-up) and against
+  ``sync_offset: 1``'s; the trainer's idle share (``time/read_experience``, waiting for a
+  batch, over the step) and the explorer's (the step minus its generation, over the step).
 
 Medians over the steps after the first two (start-up). It is a measurement, not a test: the
 exit status is 0 either way.
@@ -36,8 +42,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(workdir: Path, model: str, engine: str, steps: int, offset: int) -> list[dict]:
-    name = f"offset-{offset}"
+def run(workdir: Path, model: str, engine: str, steps: int, name: str, sync: dict) -> list[dict]:
     config = {
         "mode": "both",
         "project": "step-bench",
@@ -68,7 +73,7 @@ def run(workdir: Path, model: str, engine: str, steps: int, offset: int) -> list
                 "seed": 42,
             },
         },
-        "synchronizer": {"sync_method": "memory", "sync_interval": 1, "sync_offset": offset},
+        "synchronizer": {"sync_method": "memory", "sync_interval": 1, **sync},
         "trainer": {"save_interval": 0, "save_hf_checkpoint": "never"},
     }
     path = workdir / f"{name}.yaml"
@@ -105,19 +110,32 @@ def main() -> None:
     except ImportError:
         default_engine = "transformers"
     parser.add_argument("--engine", default=default_engine)
+    parser.add_argument("--preset", default="default", help="tiny_model preset")
     args = parser.parse_args()
-    from trinity.launcher.tiny_model import build_tiny_model
+    from trinity.launcher.tiny_model import PRESETS, build_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="step-bench-") as tmp:
         workdir = Path(tmp)
-        model = str(build_tiny_model(workdir / "model"))
-        sync = run(workdir, model, args.engine, args.steps, 0)[2:]
-        ahead = run(workdir, model, args.engine, args.steps, 1)[2:]
+        model = str(build_tiny_model(workdir / "model", PRESETS[args.preset]))
+        runs = {
+            "sync": {"sync_offset": 0},
+            "offset-1": {"sync_offset": 1},
+            "fully-async": {"sync_style": "fully_async"},
+        }
+        rows = {
+            name: run(workdir, model, args.engine, args.steps, name, sync)[2:]
+            for name, sync in runs.items()
+        }
+    sync, ahead, full = rows["sync"], rows["offset-1"], rows["fully-async"]
     generate = median(sync, "time/explore_step")
     train = median(sync, "time/train_step")
     wall_sync = median(sync, "time/step_wall")
     wall_ahead = median(ahead, "time/step_wall")
-    print(f"engine {args.engine}, {args.steps} steps per run (medians of steps 3..{args.steps})")
+    wall_full = median(full, "time/step_wall")
+    print(
+        f"engine {args.engine}, preset {args.preset}, {args.steps} steps per run "
+        f"(medians of steps 3..{args.steps})"
+    )
     print(f"  generate {generate:.3f} s, train {train:.3f} s (sync_offset 0)")
     print(
         f"  sync_offset 0: step {wall_sync:.3f} s, ratio to generate + train: "
@@ -127,6 +145,15 @@ def main() -> None:
         f"  sync_offset 1: step {wall_ahead:.3f} s, ratio to max(generate, train): "
         f"{wall_ahead / max(generate, train):.2f}"
     )
+    print(
+        f"  fully_async: step {wall_full:.3f} s; steps/s vs sync {wall_sync / wall_full:.2f}x, "
+        f"vs sync_offset 1 {wall_ahead / wall_full:.2f}x"
+    )
+    for name, rs in rows.items():
+        wall = median(rs, "time/step_wall")
+        trainer_idle = median(rs, "time/read_experience") / wall if wall else 0.0
+        explorer_idle = max(0.0, 1 - median(rs, "time/explore_step") / wall) if wall else 0.0
+        print(f"  {name:11s} trainer idle {trainer_idle:5.1%}  explorer idle {explorer_idle:5.1%}")
 
 
 if __name__ == "__main__":

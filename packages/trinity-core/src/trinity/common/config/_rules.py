@@ -316,6 +316,14 @@ def _rule_synchronizer(c: _Checker, cfg: Config) -> None:
             _set_derived(sync, "sync_method", "checkpoint")
     if cfg.run_mode.colocated:
         _rule_colocate(c, cfg)
+    elif sync.sync_style == "fully_async" and sync.sync_offset > 0:
+        c.error(
+            ("synchronizer", "sync_offset"),
+            sync.sync_offset,
+            "sync_style 'fully_async' bounds how far the explorer runs ahead with "
+            "explorer.max_inflight_batches (batches generated and not yet trained); an offset "
+            "on top of it is not supported yet; allowed: 0",
+        )
     if sync.explorer_sync_interval is None:
         _set_derived(sync, "explorer_sync_interval", sync.sync_interval)
     if sync.trainer_sync_interval is None:
