@@ -226,6 +226,11 @@ VARIANTS: dict[str, Variant] = {
         note="the quickstart with `sync_style: fully_async`: the explorer runs up to 2 batches "
         "ahead of the trainer and new weights reach the engine under requests in flight",
     ),
+    "multi-step-grpo-fully-async": Variant(
+        "multi_step_grpo",
+        {"synchronizer": {"sync_style": "fully_async"}},
+        note="the multi-turn task of `multi_step_grpo` with `sync_style: fully_async`",
+    ),
 }
 
 
