@@ -741,6 +741,16 @@ def test_fully_async_reads_max_inflight_batches_and_other_styles_refuse_it() -> 
     assert issue.value == 3 and "not supported yet" in str(issue) and "fully_async" in str(issue)
     error = error_of({"mode": "colocate", "synchronizer": {"sync_style": "fully_async"}})
     assert "allowed: 'fixed'" in str(issue_at(error, "synchronizer.sync_style"))
+    # the trainer's push interval (0.6's trainer_sync_interval) is read with fully_async only
+    config = load_config(
+        {"synchronizer": {"sync_style": "fully_async", "trainer_sync_interval": 2}}
+    )
+    assert (config.synchronizer.trainer_sync_interval, config.synchronizer.sync_interval) == (2, 1)
+    issue = issue_at(
+        error_of({"synchronizer": {"trainer_sync_interval": 2}}),
+        "synchronizer.trainer_sync_interval",
+    )
+    assert "not supported yet" in str(issue) and "fully_async" in str(issue)
     error = error_of({"synchronizer": {"sync_style": "fully_async", "sync_offset": 1}})
     issue = issue_at(error, "synchronizer.sync_offset")
     assert "max_inflight_batches" in str(issue) and "allowed: 0" in str(issue)

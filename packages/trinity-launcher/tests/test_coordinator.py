@@ -487,3 +487,27 @@ def test_a_finished_run_knows_it_has_nothing_left_to_do(tmp_path):
     assert RunCheckpointer(fresh).finished() is None  # not resuming: not this run's business
     (run.job / LATEST_FILE).write_text("4")  # the state moved (e.g. restored by hand)
     assert RunCheckpointer(settings).finished() is None
+
+
+def test_the_session_builds_the_policy_its_config_names():
+    """``sync_policy_of``: a run's policy from its config; ``fully_async`` reads
+    ``explorer.max_inflight_batches`` and pushes every ``trainer_sync_interval`` steps."""
+    from trinity.common.config import load_config
+    from trinity.launcher.run.policies import FullyAsyncSync, TrainerDrivenSync
+    from trinity.launcher.session import sync_policy_of
+
+    config = load_config(
+        {
+            "synchronizer": {"sync_style": "fully_async", "trainer_sync_interval": 2},
+            "explorer": {"max_inflight_batches": 3},
+        }
+    )
+    policy = sync_policy_of(config)
+    assert isinstance(policy, FullyAsyncSync)
+    assert (policy.interval, policy.max_inflight_batches) == (2, 3)
+    assert policy.pushes_after(2) and not policy.pushes_after(3)
+    config = load_config(
+        {"synchronizer": {"sync_style": "dynamic_by_trainer", "sync_interval": 3, "sync_offset": 1}}
+    )
+    policy = sync_policy_of(config)
+    assert isinstance(policy, TrainerDrivenSync) and (policy.interval, policy.offset) == (3, 1)

@@ -188,13 +188,7 @@ class RunSession:
             sync = Synchronizer(
                 config.synchronizer, explorer, trainer.engine, job_dir=config.checkpoint_job_dir
             )
-            s = config.synchronizer
-            policy = sync_policy(
-                s.sync_style,
-                s.sync_interval,
-                s.sync_offset,
-                max_inflight_batches=config.explorer.max_inflight_batches,
-            )
+            policy = sync_policy_of(config)
             if spec.colocated:  # the engines and the trainer take turns
                 from trinity.launcher.colocate import Colocation
 
@@ -405,6 +399,23 @@ def _end_of_data() -> tuple[type[BaseException], ...]:
     from trinity.launcher.trainer.data import EndOfData
 
     return (EndOfStream, EndOfData, StopAsyncIteration)
+
+
+def sync_policy_of(config: Any) -> Any:
+    """The sync policy of a run that explores and trains (``synchronizer.sync_style``, its
+    interval and offset; ``fully_async`` also reads ``explorer.max_inflight_batches`` and pushes
+    every ``trainer_sync_interval`` steps, Trinity-RFT 0.6's key, which the rules default to
+    ``sync_interval``)."""
+    s = config.synchronizer
+    interval = s.sync_interval
+    if s.sync_style == "fully_async" and s.trainer_sync_interval:
+        interval = s.trainer_sync_interval
+    return sync_policy(
+        s.sync_style,
+        interval,
+        s.sync_offset,
+        max_inflight_batches=config.explorer.max_inflight_batches,
+    )
 
 
 def _runnable() -> list[Any]:

@@ -316,9 +316,15 @@ UNSUPPORTED_FIELDS: dict[tuple[str, str], tuple[_Check, str]] = {
         "(both sides synchronise every sync_interval steps); allowed: leave it out",
     ),
     ("SynchronizerConfig", "trainer_sync_interval"): (
-        _unless_different(lambda cfg: cfg.synchronizer.sync_interval),
-        "a trainer sync interval other than synchronizer.sync_interval is not supported yet "
-        "(both sides synchronise every sync_interval steps); allowed: leave it out",
+        lambda value, cfg: (
+            value is None
+            or value == cfg.synchronizer.sync_interval
+            or cfg.synchronizer.sync_style == "fully_async"
+        ),
+        "a trainer sync interval other than synchronizer.sync_interval is read with sync_style "
+        "'fully_async' only (the trainer pushes every trainer_sync_interval steps); with other "
+        "styles it is not supported yet (both sides synchronise every sync_interval steps); "
+        "allowed: leave it out, or set sync_style: fully_async",
     ),
     ("SynchronizerConfig", "group_name"): (
         _only("rollout_weight_sync"),
