@@ -242,3 +242,34 @@ def test_each_algorithm_type_is_one_line_of_yaml(name, tmp_path):
     assert resolved.algorithm_type == name
     assert built["policy_loss_fn"] is not None
     assert all(v is not None for k, v in built.items() if k != "advantage_fn")
+
+
+def test_staleness_control_corrects_stale_samples_when_rollout_correction_is_set():
+    """``sample_strategy_args.stale`` is filled from ``algorithm.rollout_correction``: a run
+    that reweights the rollout/training mismatch keeps samples beyond ``max_staleness``
+    (``correct``), any other drops them; ``correct`` without a correction is refused."""
+    from trinity.common.config import ConfigError
+
+    def resolved(**algorithm):
+        section = {
+            "algorithm_type": "grpo",
+            "sample_strategy": "staleness_control",
+            "sample_strategy_args": {"max_staleness": 1},
+            **algorithm,
+        }
+        return resolve_algorithm(load_config({"algorithm": section}))
+
+    assert resolved().sample_strategy_args["stale"] == "drop"
+    token_is = {"rollout_is": "token", "rollout_is_threshold": 2.0}
+    assert resolved(rollout_correction=token_is).sample_strategy_args["stale"] == "correct"
+    bypass = {"bypass_mode": True}
+    assert resolved(rollout_correction=bypass).sample_strategy_args["stale"] == "correct"
+    metrics_only: dict = {}  # the section set, but nothing that acts on a sample
+    assert resolved(rollout_correction=metrics_only).sample_strategy_args["stale"] == "drop"
+    kept = resolved(
+        rollout_correction=token_is,
+        sample_strategy_args={"max_staleness": 1, "stale": "drop"},
+    )
+    assert kept.sample_strategy_args["stale"] == "drop"  # the user's choice stands
+    with pytest.raises(ConfigError, match="sample_strategy_args.stale"):
+        resolved(sample_strategy_args={"max_staleness": 1, "stale": "correct"})

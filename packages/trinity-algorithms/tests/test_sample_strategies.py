@@ -493,3 +493,30 @@ def test_a_version_recorded_in_info_counts_as_trinity_rft_records_it():
     exps, metrics = sample(strategy, step=3)
     assert [e.info["model_version"] for e in exps] == [2, 3]
     assert metrics["sample/model_version/min"] == 2.0 and metrics["sample/stale_dropped"] == 2.0
+
+
+def test_staleness_correct_keeps_stale_experiences_for_rollout_correction():
+    """``stale: correct``: nothing is dropped, the stale ones are counted as corrected and no
+    ``min_model_version`` hint goes to the reader (it would skip them)."""
+    hinted = HintedReader([exp(3), exp(9), exp(10), exp(7)])
+    strategy = StalenessControlSampleStrategy(
+        {"experience_buffer": hinted}, max_staleness=2, train_batch_size=4, stale="correct"
+    )
+    batch, metrics = sample(strategy, 5, version=10)
+    assert [e.model_version for e in batch] == [3, 9, 10, 7]
+    assert hinted.hints == [None]
+    assert metrics["sample/stale_dropped"] == 0.0 and strategy.stale_dropped_total == 0
+    assert metrics["sample/stale_corrected"] == 2.0  # 3 and 7 are > 2 versions old
+    assert metrics["sample/staleness/max"] == 7.0
+
+    dropping = StalenessControlSampleStrategy(
+        {"experience_buffer": ListReader([exp(3), exp(9), exp(10), exp(7)])},
+        max_staleness=2,
+        train_batch_size=4,
+        stale="drop",
+    )
+    batch, metrics = sample(dropping, 5, version=10)
+    assert [e.model_version for e in batch] == [9, 10]
+    assert metrics["sample/stale_corrected"] == 0.0 and metrics["sample/stale_dropped"] == 2.0
+    with pytest.raises(ValueError, match="stale"):
+        StalenessControlSampleStrategy({"experience_buffer": ListReader([])}, stale="fix")

@@ -156,20 +156,28 @@ def test_dynamic_sync_styles(run_both, style):
 
 
 @pytest.mark.slow
-def test_staleness_control_bounds_what_the_trainer_takes(run_both):
+@pytest.mark.parametrize("stale", ["drop", "correct"])
+def test_staleness_control_bounds_what_the_trainer_takes(run_both, stale):
     """sync_interval 2 + sync_offset 1 lets explore step 3 run on version 0 while the trainer
     is at version 2 (staleness 2). With ``staleness_control`` and ``max_staleness: 1`` the
     trainer drops that whole batch and trains on the next one (version 2) instead: no trained
-    experience is more than one version old, and the dropped batch is counted."""
+    experience is more than one version old, and the dropped batch is counted.
+
+    With ``algorithm.rollout_correction`` set (token TIS), ``stale`` becomes ``correct``: the
+    stale batch is trained, counted in ``sample/stale_corrected``, and reweighted by the
+    importance weights between the version-0 rollout's log-probs and the trainer's."""
+    algorithm = {
+        "sample_strategy": "staleness_control",
+        "sample_strategy_args": {"max_staleness": 1},
+    }
+    if stale == "correct":
+        algorithm["rollout_correction"] = {"rollout_is": "token", "rollout_is_threshold": 2.0}
     rows, _ = run_both(
-        "staleness",
+        f"staleness-{stale}",
         sync_method="memory",
         sync_interval=2,
         sync_offset=1,
-        algorithm={
-            "sample_strategy": "staleness_control",
-            "sample_strategy_args": {"max_staleness": 1},
-        },
+        algorithm=algorithm,
     )
     # 4 explore steps; their versions follow the fixed schedule
     explored = {
@@ -179,11 +187,22 @@ def test_staleness_control_bounds_what_the_trainer_takes(run_both):
         explored == {e: required_version(e, 2, 1) for e in range(1, 5)} == {1: 0, 2: 0, 3: 0, 4: 2}
     )
     trained = [r for r in rows if "actor/loss" in r]
-    assert [r["step"] for r in trained] == [1, 2, 3]  # batch 3 was dropped, batch 4 trained
-    assert [r["sample/stale_dropped"] for r in trained] == [0, 0, 16]
-    assert [r["sample/staleness/max"] for r in trained] == [0, 1, 0]
-    assert [r["sample/model_version/max"] for r in trained] == [0, 0, 2]
     assert all(r["batch/size"] == 16 for r in trained)
+    if stale == "drop":
+        assert [r["step"] for r in trained] == [1, 2, 3]  # batch 3 was dropped, 4 trained
+        assert [r["sample/stale_dropped"] for r in trained] == [0, 0, 16]
+        assert [r["sample/staleness/max"] for r in trained] == [0, 1, 0]
+        assert [r["sample/model_version/max"] for r in trained] == [0, 0, 2]
+        assert all(not any(k.startswith("rollout_corr/") for k in r) for r in trained)
+        return
+    assert [r["step"] for r in trained] == [1, 2, 3, 4]  # nothing dropped
+    assert [r["sample/stale_dropped"] for r in trained] == [0, 0, 0, 0]
+    assert [r["sample/stale_corrected"] for r in trained] == [0, 0, 16, 0]
+    assert [r["sample/staleness/max"] for r in trained] == [0, 1, 2, 1]
+    for r in trained:
+        assert 0 < r["rollout_corr/rollout_is_mean"] <= 2.0, r
+    # (how far the weights spread depends on how far the policy moved: this run's learning
+    # rate barely moves it; the learning-matrix variant grpo-token-tis checks the spread)
 
 
 def test_a_checkpoint_mode_both_cannot_resume_from_is_refused_plainly(tmp_path, run_both):

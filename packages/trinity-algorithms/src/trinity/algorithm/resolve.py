@@ -335,6 +335,7 @@ def resolve_algorithm(
 
     # 6. every component's arguments against what it declares (its Args / typed __init__)
     issues, arg_warnings = check_algorithm_args(classes, values)
+    issues += _fill_stale_policy(values["sample_strategy_args"], cfg.rollout_correction)
     if issues:
         raise ConfigError(issues)
     warnings += arg_warnings
@@ -353,6 +354,42 @@ def resolve_algorithm(
         **{f: values[f] for f in COMPONENT_FIELDS},
         **{f"{f}_args": values[f"{f}_args"] for f in COMPONENT_FIELDS},
     )
+
+
+def _corrects(rollout_correction: Any) -> bool:
+    """Whether ``algorithm.rollout_correction`` acts on a stale sample: IS weights, rejection,
+    or bypass mode (the PPO ratio taken against the rollout's own log-probs)."""
+    if rollout_correction is None:
+        return False
+    get = (
+        rollout_correction.get
+        if isinstance(rollout_correction, Mapping)
+        else lambda key: getattr(rollout_correction, key, None)
+    )
+    return bool(get("rollout_is") or get("rollout_rs") or get("bypass_mode"))
+
+
+def _fill_stale_policy(args: dict[str, Any], rollout_correction: Any) -> list[ConfigIssue]:
+    """``sample_strategy_args.stale`` of a strategy that declares it (``staleness_control``):
+    ``correct`` when the run corrects the rollout/training mismatch (stale samples are kept
+    and reweighted), else ``drop``; ``correct`` without a correction is refused (stale samples
+    would be trained as if on-policy)."""
+    if "stale" not in args:
+        return []
+    corrects = _corrects(rollout_correction)
+    if args["stale"] is None:
+        args["stale"] = "correct" if corrects else "drop"
+    elif args["stale"] == "correct" and not corrects:
+        return [
+            ConfigIssue(
+                "algorithm.sample_strategy_args.stale",
+                "'correct' keeps samples beyond max_staleness for algorithm.rollout_correction "
+                "to reweight, but rollout_correction sets no rollout_is, rollout_rs or "
+                "bypass_mode; set one, or use stale: drop",
+                value="correct",
+            )
+        ]
+    return []
 
 
 def check_algorithm_args(

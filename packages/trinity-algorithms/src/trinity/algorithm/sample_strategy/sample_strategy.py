@@ -37,7 +37,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import torch
 
@@ -376,14 +376,24 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
     Readers whose ``read_async`` takes ``min_model_version`` get it as a hint, so a
     version-aware buffer can skip stale data itself; the filter here is applied regardless.
 
+    With ``stale="correct"`` nothing is dropped: experiences beyond ``max_staleness`` are
+    kept (counted in ``sample/stale_corrected``) and trained with
+    ``algorithm.rollout_correction``'s importance weights between the rollout's log-probs (the
+    old weights that generated them) and the trainer's, which is what that section is for.
+    :func:`~trinity.algorithm.resolve.resolve_algorithm` fills ``stale`` (``correct`` when
+    the run sets ``rollout_correction``, else ``drop``) and refuses ``correct`` without it.
+
     Args:
         max_staleness: the largest allowed staleness; ``None`` means unlimited (Trinity-RFT's
             default), which makes this strategy ``default`` plus metrics.
         drop_unversioned: drop experiences with no recorded ``model_version`` (offline data)
             instead of keeping them.
         max_read_attempts: bound on reads per batch.
+        stale: ``drop`` or ``correct`` (keep, for rollout correction) what is beyond
+            ``max_staleness``.
 
     Metrics: ``sample/stale_dropped`` (experiences dropped this step),
+    ``sample/stale_corrected`` (kept beyond ``max_staleness`` for rollout correction),
     ``sample/stale_dropped_total`` (since construction), ``sample/unversioned``,
     ``sample/read_attempts``, ``sample/staleness/{mean,max}`` of the returned batch, and the
     ``sample/model_version/*`` metrics.
@@ -397,6 +407,12 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
         )
         drop_unversioned: bool = Field(False, description="Drop experiences without a version.")
         max_read_attempts: PosInt = Field(64, description="Reads before giving up.")
+        stale: Optional[Literal["drop", "correct"]] = Field(
+            None,
+            description="Beyond max_staleness: drop, or correct (keep for "
+            "algorithm.rollout_correction's IS weights); null: correct when "
+            "rollout_correction is set, else drop.",
+        )
 
     def __init__(
         self,
@@ -404,6 +420,7 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
         max_staleness: Optional[Union[int, float]] = None,
         drop_unversioned: bool = False,
         max_read_attempts: int = 64,
+        stale: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(readers, **kwargs)
@@ -411,23 +428,34 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
             raise ValueError(f"max_staleness must be >= 0 or None, got {max_staleness}")
         if max_read_attempts < 1:
             raise ValueError(f"max_read_attempts must be >= 1, got {max_read_attempts}")
+        if stale not in (None, "drop", "correct"):
+            raise ValueError(f"stale must be 'drop' or 'correct', got {stale!r}")
         self.max_staleness = max_staleness
         self.drop_unversioned = drop_unversioned
         self.max_read_attempts = max_read_attempts
+        #: what is beyond ``max_staleness``: dropped, or kept for rollout correction
+        self.correct_stale = stale == "correct"
         self.stale_dropped_total = 0
 
     def _is_fresh(self, exp: Experience, current: int) -> bool:
         version = experience_version(exp)
         if version is None:
             return not self.drop_unversioned
-        if self.max_staleness is None:
-            return True
-        return current - version <= self.max_staleness
+        return self._within(version, current)
+
+    def _within(self, version: int, current: int) -> bool:
+        return self.max_staleness is None or current - version <= self.max_staleness
+
+    def _kept(self, exp: Experience, current: int) -> bool:
+        if self.correct_stale and experience_version(exp) is not None:
+            return True  # stale or not: the rollout-correction weights take care of it
+        return self._is_fresh(exp, current)
 
     async def sample(self, step: int, current_model_version: Optional[int] = None) -> SampleResult:
         current = step if current_model_version is None else current_model_version
         hints: dict[str, Any] = {}
-        if self.max_staleness is not None and not math.isinf(self.max_staleness):
+        bounded = self.max_staleness is not None and not math.isinf(self.max_staleness)
+        if bounded and not self.correct_stale:
             hints["min_model_version"] = max(current - int(self.max_staleness), 0)
         reader = self.get_reader()
         start = time.perf_counter()
@@ -445,7 +473,7 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
             attempts += 1
             if target is None:
                 target = len(batch)
-            fresh = [e for e in batch if self._is_fresh(e, current)]
+            fresh = [e for e in batch if self._kept(e, current)]
             dropped += len(batch) - len(fresh)
             # counted at once, so drops before an exhausted reader's exception are not lost
             self.stale_dropped_total += len(batch) - len(fresh)
@@ -478,6 +506,9 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
         metrics: dict[str, float] = {
             "time/read_experience": time.perf_counter() - start,
             "sample/stale_dropped": float(dropped),
+            "sample/stale_corrected": float(
+                sum(v is not None and not self._within(v, current) for v in versions)
+            ),
             "sample/stale_dropped_total": float(self.stale_dropped_total),
             "sample/unversioned": float(sum(v is None for v in versions)),
             "sample/read_attempts": float(attempts),
@@ -490,7 +521,12 @@ class StalenessControlSampleStrategy(DefaultSampleStrategy):
 
     @classmethod
     def default_args(cls) -> dict[str, Any]:
-        return {"max_staleness": None, "drop_unversioned": False, "max_read_attempts": 64}
+        return {
+            "max_staleness": None,
+            "drop_unversioned": False,
+            "max_read_attempts": 64,
+            "stale": None,
+        }
 
 
 #: Per-token fields of a rollout that expert rows lack (``mix`` zero-fills them).
