@@ -751,6 +751,21 @@ def test_fully_async_reads_max_inflight_batches_and_other_styles_refuse_it() -> 
         "synchronizer.trainer_sync_interval",
     )
     assert "not supported yet" in str(issue) and "fully_async" in str(issue)
+    # 0.6's explorer_sync_interval: under fully_async the engines take every push, and it
+    # aligns eval_interval (rounded down to a multiple of it, as in 0.6); refused elsewhere
+    config = load_config(
+        {
+            "synchronizer": {"sync_style": "fully_async", "explorer_sync_interval": 3},
+            "explorer": {"eval_interval": 10},
+        }
+    )
+    assert config.synchronizer.explorer_sync_interval == 3
+    assert config.explorer.eval_interval == 9
+    issue = issue_at(
+        error_of({"synchronizer": {"explorer_sync_interval": 3}}),
+        "synchronizer.explorer_sync_interval",
+    )
+    assert "not supported yet" in str(issue) and "fully_async" in str(issue)
     error = error_of({"synchronizer": {"sync_style": "fully_async", "sync_offset": 1}})
     issue = issue_at(error, "synchronizer.sync_offset")
     assert "max_inflight_batches" in str(issue) and "allowed: 0" in str(issue)

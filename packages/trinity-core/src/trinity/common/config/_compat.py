@@ -311,9 +311,16 @@ UNSUPPORTED_FIELDS: dict[tuple[str, str], tuple[_Check, str]] = {
         "dynamic task timeouts are not supported yet; allowed: 3 (or leave it out)",
     ),
     ("SynchronizerConfig", "explorer_sync_interval"): (
-        _unless_different(lambda cfg: cfg.synchronizer.sync_interval),
-        "an explorer sync interval other than synchronizer.sync_interval is not supported yet "
-        "(both sides synchronise every sync_interval steps); allowed: leave it out",
+        lambda value, cfg: (
+            value is None
+            or value == cfg.synchronizer.sync_interval
+            or cfg.synchronizer.sync_style == "fully_async"
+        ),
+        "an explorer sync interval other than synchronizer.sync_interval is read with "
+        "sync_style 'fully_async' only (the engines take every push of the trainer, as in "
+        "Trinity-RFT 0.6, and explorer.eval_interval is rounded to a multiple of it); with "
+        "other styles it is not supported yet (both sides synchronise every sync_interval "
+        "steps); allowed: leave it out, or set sync_style: fully_async",
     ),
     ("SynchronizerConfig", "trainer_sync_interval"): (
         lambda value, cfg: (

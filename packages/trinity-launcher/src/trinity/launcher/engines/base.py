@@ -85,6 +85,8 @@ class Draws:
     #: the weights served when the request started (``None``: ``model_version``); differs
     #: from ``model_version`` when new weights arrived while it ran (in-flight update)
     first_model_version: Optional[int] = None
+    #: seconds the request spent frozen while new weights were loaded under it
+    paused_s: float = 0.0
 
 
 def assemble_experiences(draws: Draws) -> list[Experience]:
@@ -97,7 +99,11 @@ def assemble_experiences(draws: Draws) -> list[Experience]:
     first = draws.model_version if draws.first_model_version is None else draws.first_model_version
     # a request that spanned a weight update: its oldest tokens' version is the experience's
     # (what staleness counts), the newest one is kept beside it
-    info = {"model_version_last": draws.model_version} if first != draws.model_version else {}
+    info: dict[str, Any] = (
+        {"model_version_last": draws.model_version} if first != draws.model_version else {}
+    )
+    if draws.paused_s > 0:
+        info["paused_s"] = draws.paused_s
     return [
         Experience(
             tokens=prompt_ids + list(s.token_ids),
@@ -210,6 +216,10 @@ def render_chat(
 
 class BaseRolloutEngine:
     """Shared engine logic; see the module docstring for the contract of subclasses."""
+
+    #: seconds running requests have spent frozen under weight loads (in-flight updates)
+    #: since the engine started; a request's share is how much it grew while the request ran
+    paused_s: float = 0.0
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
@@ -443,7 +453,7 @@ class BaseRolloutEngine:
             text = self.tokenizer.decode(prompt_ids[:limit])
             return Draws(prompt_ids, text, [], self.model_version, n=n, truncated_at=limit)
         params = self.sampling_params(kwargs, len(prompt_ids))
-        first_version = self.model_version
+        first_version, paused_before = self.model_version, self.paused_s
         samples = await self._sample(prompt_ids, params)
         skip = bool(params.get("skip_special_tokens", True))
         for s in samples:
@@ -456,6 +466,7 @@ class BaseRolloutEngine:
             self.model_version,
             n=n,
             first_model_version=first_version,
+            paused_s=self.paused_s - paused_before,
         )
 
     async def serves_draws(self) -> bool:

@@ -5,12 +5,20 @@ and outputs as the vLLM engine: token ids, per-token logprobs under the logprob 
 :mod:`trinity.launcher.engines.base`, ``n`` samples, weight updates. It is slower (no paged
 attention, no continuous batching): calls are serialised on one worker thread, because a
 ``transformers`` model is not safe to run from several threads at once.
+
+Weights that arrive while a request generates (``sync_style: fully_async``) are taken by
+abort-and-resume: the running ``generate`` stops after its current token (a stopping
+criterion watches for a pending load), the load runs next on the worker thread, and each
+unfinished sample goes on from its prompt and the tokens it has so far on the new weights. The
+tokens sampled before keep the log-probs of the weights that sampled them, as with vLLM's
+pause-and-recompute.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
@@ -42,6 +50,10 @@ class TransformersEngine(BaseRolloutEngine):
         self._loaded = threading.Event()
         self._start_error: Optional[BaseException] = None
         self._start_task: Optional[asyncio.Future] = None
+        #: set while new weights wait for the worker thread: a running generate stops early
+        self._load_pending = threading.Event()
+        #: a generate stopped for the pending load (its request stands paused until it)
+        self._aborted_for_load = False
 
     # ------------------------------------------------------------------ lifecycle
     def _load(self) -> None:
@@ -77,7 +89,15 @@ class TransformersEngine(BaseRolloutEngine):
 
     # ------------------------------------------------------------------ primitives
     def _generate_sync(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
-        from transformers import GenerationConfig
+        """``n`` samples of one prompt; a sample cut short by a pending weight load has
+        ``finish_reason`` None (see :meth:`_resume`)."""
+        from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+        pending = self._load_pending
+
+        class _StopForLoad(StoppingCriteria):
+            def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: Any) -> Tensor:
+                return torch.full((input_ids.shape[0],), pending.is_set(), device=input_ids.device)
 
         n = int(params.get("n", 1))
         temperature = float(params.get("temperature", 1.0))
@@ -111,6 +131,7 @@ class TransformersEngine(BaseRolloutEngine):
                     input_ids=input_ids,
                     attention_mask=torch.ones_like(input_ids),
                     generation_config=gen_config,
+                    stopping_criteria=StoppingCriteriaList([_StopForLoad()]),
                 )
         finally:
             if generator_state is not None:
@@ -122,17 +143,20 @@ class TransformersEngine(BaseRolloutEngine):
         logprobs = torch.log_softmax(logits / scale, dim=-1)
         token_lp = logprobs.gather(-1, sequences.unsqueeze(-1)).squeeze(-1)  # [n, new_tokens]
         stops = set(eos) if not params.get("ignore_eos") else set()
+        cut = sequences.shape[1] < int(params["max_tokens"]) and pending.is_set()
         samples = []
         for i in range(sequences.shape[0]):
             ids = sequences[i].tolist()
-            finish = "length"
+            finish = None if cut else "length"
             for j, t in enumerate(ids):
                 if t in stops:
                     ids = ids[: j + 1]
                     finish = "stop"
                     break
             samples.append(Sample(ids, token_lp[i, : len(ids)].tolist(), finish))
-        return self._apply_stop_strings(samples, params)
+        if any(s.finish_reason is None for s in samples):
+            self._aborted_for_load = True
+        return samples
 
     def _apply_stop_strings(self, samples: list[Sample], params: dict[str, Any]) -> list[Sample]:
         """End each sample at the first ``stop`` string, as vLLM does: generation stops at the
@@ -165,7 +189,35 @@ class TransformersEngine(BaseRolloutEngine):
             return lp.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1).cpu()
 
     async def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
-        return await self._run(self._generate_sync, prompt_ids, params)
+        samples = await self._run(self._generate_sync, prompt_ids, params)
+        if any(s.finish_reason is None for s in samples):
+            samples = list(
+                await asyncio.gather(*(self._resume(prompt_ids, s, params) for s in samples))
+            )
+        return self._apply_stop_strings(samples, params)
+
+    async def _resume(
+        self, prompt_ids: list[int], sample: Sample, params: dict[str, Any]
+    ) -> Sample:
+        """Go on with a sample that a weight load cut short: from its prompt and tokens so
+        far, on the weights loaded meanwhile (the load was queued on the worker thread before
+        this call), until it stops or reaches ``max_tokens`` (or is cut again)."""
+        limit, least = int(params["max_tokens"]), int(params.get("min_tokens") or 0)
+        while sample.finish_reason is None:
+            done = len(sample.token_ids)
+            more = {
+                **params,
+                "n": 1,
+                "max_tokens": limit - done,
+                "min_tokens": max(0, least - done),
+            }
+            [tail] = await self._run(self._generate_sync, prompt_ids + sample.token_ids, more)
+            sample = Sample(
+                sample.token_ids + tail.token_ids,
+                sample.logprobs + tail.logprobs,
+                tail.finish_reason,
+            )
+        return sample
 
     async def _score(self, token_ids: list[int], temperature: float) -> Tensor:
         return await self._run(self._score_sync, token_ids, temperature)
@@ -197,5 +249,21 @@ class TransformersEngine(BaseRolloutEngine):
             for name, tensor in weights.items():
                 state[name].copy_(tensor.to(state[name].dtype))
 
+    def _load_and_release(self, weights: dict[str, Tensor]) -> None:
+        try:
+            self._load_sync(weights)
+        finally:  # on the worker thread, before the resumed requests run
+            self._load_pending.clear()
+
     async def _load_weights(self, weights: dict[str, Tensor]) -> None:
-        await self._run(self._load_sync, weights)
+        """Queue the load on the worker thread; a generate running there stops at its next
+        token so the load does not wait for it (its request resumes on the new weights)."""
+        await self.start()
+        asked = time.perf_counter()
+        self._load_pending.set()
+        try:
+            await self._run(self._load_and_release, weights)
+        finally:
+            if self._aborted_for_load:  # a request stood still from the ask to the load's end
+                self._aborted_for_load = False
+                self.paused_s += time.perf_counter() - asked

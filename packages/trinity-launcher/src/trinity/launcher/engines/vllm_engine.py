@@ -333,12 +333,14 @@ class VLLMEngine(BaseRolloutEngine):
         # weights with the old KV)
         in_flight = self.llm.output_processor.get_num_unfinished_requests() > 0
         if in_flight:
+            paused_at = time.perf_counter()
             await self.llm.pause_generation(mode="keep", clear_cache=False)
         try:
             await self._reload(weights)
         finally:
             if in_flight:
                 await self.llm.resume_generation()
+                self.paused_s += time.perf_counter() - paused_at
 
     async def _reload(self, weights: dict[str, Tensor]) -> None:
         from safetensors.torch import save_file
