@@ -182,3 +182,19 @@ def test_explore_mode_refuses_bad_input_before_starting_anything(valid_config, t
     assert out.returncode == 2, out.stdout + out.stderr
     assert "explorer.rollout_model.engine_type" in out.stderr and "'sglang'" in out.stderr
     assert "transformers" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_preemption_options_exit_2_naming_them(valid_config):
+    """``--preemption-signals`` takes signal names (SIGKILL cannot be caught),
+    ``--grace-period`` a positive number of seconds; a bad one is refused before anything
+    starts."""
+    launch = str(BIN / "trinity-launch")
+    out = _run(launch, str(valid_config), "--preemption-signals", "TERM,BOGUS", "--dry-run")
+    assert out.returncode == 2 and "'BOGUS'" in out.stderr and "USR1" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = _run(launch, str(valid_config), "--preemption-signals", "KILL", "--dry-run")
+    assert out.returncode == 2 and "cannot be caught" in out.stderr
+    out = _run(launch, str(valid_config), "--grace-period", "0", "--dry-run")
+    assert out.returncode == 2 and "--grace-period" in out.stderr and "> 0" in out.stderr
+    out = _run(launch, str(valid_config), "--preemption-signals", "usr2", "--dry-run")
+    assert out.returncode == 0, out.stderr  # names case-insensitive, SIG optional

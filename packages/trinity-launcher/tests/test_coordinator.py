@@ -511,3 +511,105 @@ def test_the_session_builds_the_policy_its_config_names():
     )
     policy = sync_policy_of(config)
     assert isinstance(policy, TrainerDrivenSync) and (policy.interval, policy.offset) == (3, 1)
+
+
+# ---------------------------------------------------------------------- preemption
+def _go_and_preempt(run: Run, when) -> BaseException:
+    """Run ``run`` with a stop request; a preemption signal (``StopRequest.request``) arrives
+    as soon as ``when()`` is true. Returns what the run raised."""
+    from trinity.launcher.run.preemption import StopRequest
+
+    stop = run.coordinator.stop = StopRequest()
+
+    async def main() -> None:
+        async def signal_when_ready() -> None:
+            while not when():
+                await asyncio.sleep(0.001)
+            stop.request("SIGTERM")
+
+        trigger = asyncio.create_task(signal_when_ready())
+        try:
+            await asyncio.wait_for(run.coordinator.run(), DEADLINE)
+        finally:
+            trigger.cancel()
+
+    try:
+        asyncio.run(main())
+    except BaseException as exc:  # noqa: BLE001 - returned for the test to check
+        return exc
+    finally:
+        run.coordinator.records.flush()
+        run.coordinator.records.sink.close()
+    raise AssertionError("the run ended without stopping")
+
+
+@pytest.mark.parametrize(
+    ("style", "offset", "colocated"),
+    [("fixed", 1, False), ("dynamic_by_explorer", 1, False), ("fully_async", 0, False)]
+    + [("fixed", 0, True)],
+)
+def test_a_preemption_signal_checkpoints_and_the_same_command_resumes(
+    tmp_path, style, offset, colocated
+):
+    """A stop request (SIGTERM / SIGUSR1 in ``trinity-launch``) in mode both or colocate, with
+    no periodic checkpoint: the train step in progress ends, a checkpoint of that step is
+    written, the run raises ``Preempted``; the same run resumed from it trains exactly what a
+    straight run trains, none twice, none missing."""
+    from trinity.launcher.run.preemption import Preempted
+
+    straight = build(tmp_path / "straight", style, 1, offset, colocated=colocated)
+    straight.go()
+    run = build(tmp_path, style, 1, offset, colocated=colocated)
+    exc = _go_and_preempt(run, lambda: run.trainer.global_step >= 3)
+    assert isinstance(exc, Preempted), repr(exc)
+    assert exc.signal_name == "SIGTERM" and 3 <= exc.step < 8 and exc.checkpoint
+    assert (run.job / LATEST_FILE).read_text() == str(exc.step)
+    assert sorted(run.trainer.trained) == list(range(1, exc.step + 1))  # no step after it
+    assert not run.trainer.final_saved
+
+    resumed = build(tmp_path, style, 1, offset, colocated=colocated)
+    assert resumed.trainer.global_step == exc.step
+    resumed.go()
+    first = {s: ids for s, ids in run.trainer.trained.items() if s <= exc.step}
+    assert {**first, **resumed.trainer.trained} == straight.trainer.trained
+    assert trained_once(straight) and resumed.metric_steps() == list(range(1, 9))
+
+
+def test_a_preemption_signal_stops_a_training_run_after_its_step(tmp_path):
+    """Mode train: the stop lands while the trainer works through its data; the step in
+    progress finishes, its checkpoint is written, and the resumed run trains the rest."""
+    from trinity.launcher.run.preemption import Preempted
+
+    def data_run():
+        run = build(tmp_path, mode="train", trainer={"slow_step": (2, 0.2)})
+        queue = run.trainer.queue
+        for step in range(1 + run.trainer.read // (BATCH * REPEAT), 6):
+            queue.write(list(_exps(step)))
+        queue.close()
+        return run
+
+    run = data_run()
+    exc = _go_and_preempt(run, lambda: run.trainer.global_step >= 1)
+    assert isinstance(exc, Preempted) and exc.step == 2  # step 2 was running: it finished
+    assert (run.job / LATEST_FILE).read_text() == "2"
+    resumed = data_run()
+    assert resumed.trainer.global_step == 2
+    resumed.go()
+    assert sorted(resumed.trainer.trained) == [3, 4, 5]
+    assert resumed.metric_steps() == [1, 2, 3, 4, 5]
+
+
+def test_a_preemption_signal_stops_an_exploring_run_at_its_last_committed_step(tmp_path):
+    """Mode explore: the step in flight is abandoned (not committed); the explorer's recorded
+    position is its last committed step, and the resumed run explores the rest once."""
+    from trinity.launcher.run.preemption import Preempted
+
+    run = build(tmp_path, mode="explore")
+    exc = _go_and_preempt(run, lambda: run.explorer.step >= 3)
+    assert isinstance(exc, Preempted) and exc.checkpoint is None
+    state = json.loads((run.job / "explorer" / "explore_state.json").read_text())
+    assert state["step"] == exc.step == run.explorer.step >= 3
+    resumed = build(tmp_path, mode="explore")
+    assert resumed.explorer.step == exc.step
+    resumed.go()
+    assert [s for s in resumed.metric_steps() if s] == list(range(1, 9))

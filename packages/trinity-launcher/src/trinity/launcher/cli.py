@@ -43,11 +43,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:  # imported where used: ``--help`` must not wait for torch
     from trinity.common.config import Config
+    from trinity.launcher.run.preemption import PreemptionSettings
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+# 75: stopped by a preemption signal (trinity.launcher.run.preemption.EXIT_PREEMPTED)
 
 #: The distributions ``--version`` reports, in dependency order.
 DISTRIBUTIONS = (
@@ -118,7 +120,8 @@ def _run_epilog(config: str) -> str:
         "lets a run download a model named by a hub id that is not in the Hugging Face cache\n"
         "(refused otherwise: download it first, or point model_path at a local directory).\n"
         "\n"
-        "exit status: 0 done, 1 the run failed, 2 bad input (nothing was run), 130 interrupted."
+        "exit status: 0 done, 1 the run failed, 2 bad input (nothing was run), 75 stopped by a "
+        "preemption signal (the same command resumes), 130 interrupted."
     )
 
 
@@ -157,6 +160,22 @@ def _add_run_arguments(parser: argparse.ArgumentParser, positional: bool) -> Non
         "without Trinity, instead of writing it to <checkpoint_job_dir>/log/run.log",
     )
     parser.add_argument(
+        "--preemption-signals",
+        default="TERM,USR1",
+        metavar="SIGNALS",
+        help="signals that stop the run cleanly: the train step in progress finishes, a "
+        "checkpoint is written, exit status 75, and the same command resumes (comma-separated "
+        "names, default TERM,USR1; '' keeps the signals' default effect)",
+    )
+    parser.add_argument(
+        "--grace-period",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="after a preemption signal, exit at the latest this many seconds later even "
+        "without the checkpoint (the previous one is resumed from; default 120)",
+    )
+    parser.add_argument(
         "--progress-interval",
         type=int,
         default=None,
@@ -168,13 +187,16 @@ def _add_run_arguments(parser: argparse.ArgumentParser, positional: bool) -> Non
 
 @dataclass
 class ConsoleOptions:
-    """How a run uses the console (``--verbose``, ``--log-level``, ``--progress-interval``)."""
+    """How a run uses the console and the process (``--verbose``, ``--log-level``,
+    ``--progress-interval``, ``--preemption-signals``, ``--grace-period``)."""
 
     verbose: bool = False
     log_level: Optional[str] = None
     progress_interval: Optional[int] = None
     #: the command line's ``KEY=VALUE`` overrides (written to the run's log)
     overrides: list[str] = field(default_factory=list)
+    preemption_signals: str = ""
+    grace_period: float = 120.0
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ConsoleOptions:
@@ -182,7 +204,22 @@ class ConsoleOptions:
             verbose=bool(getattr(args, "verbose", False)),
             log_level=getattr(args, "log_level", None),
             progress_interval=getattr(args, "progress_interval", None),
+            preemption_signals=getattr(args, "preemption_signals", ""),
+            grace_period=getattr(args, "grace_period", 120.0),
         )
+
+    def preemption(self) -> Optional[PreemptionSettings]:
+        """The preemption settings (``None``: no signal is handled); ``ValueError`` names a
+        bad signal or grace period."""
+        from trinity.launcher.run.preemption import PreemptionSettings, parse_signals
+
+        signals = parse_signals(self.preemption_signals)
+        if not signals:
+            return None
+        try:
+            return PreemptionSettings(signals, float(self.grace_period))
+        except ValueError as exc:
+            raise ValueError(f"--grace-period: {exc}") from None
 
 
 def _summary(config: Config, overrides: Sequence[str] = ()) -> str:
@@ -242,6 +279,7 @@ def _validate_and_run(
         from trinity.launcher.progress import progress_interval
 
         progress_interval()
+        console.preemption()
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -308,14 +346,20 @@ def _run_stages(
     if dry_run:
         print("Dry run: the config and its stages are valid; nothing was run.")
         return EXIT_OK
-    return _run_mode(config, config_path, run=lambda: run_stages(config, _execute), console=console)
+    preemption = (console or ConsoleOptions()).preemption()
+    return _run_mode(
+        config,
+        config_path,
+        run=lambda: run_stages(config, lambda stage: _execute(stage, preemption)),
+        console=console,
+    )
 
 
-def _execute(config: Config) -> None:
+def _execute(config: Config, preemption: Optional[PreemptionSettings] = None) -> None:
     """Run one (stage) config in its mode; raises what the run raises."""
     from trinity.launcher.session import run
 
-    run(config)
+    run(config, preemption=preemption)
 
 
 def _run_mode(
@@ -344,7 +388,7 @@ def _run_mode(
     with session:
         if console.overrides:  # into the run's log (the console has the summary already)
             print(f"Config overrides: {' '.join(console.overrides)}", flush=True)
-        code = _run_in_session(config, config_path, run)
+        code = _run_in_session(config, config_path, run, console.preemption())
         if code == EXIT_RUN_FAILED and session.redirected:
             print(f"error: see {session.log_path} for the engine and worker logs", file=sys.stderr)
     for line in session.report():
@@ -352,19 +396,28 @@ def _run_mode(
     return code
 
 
-def _run_in_session(config: Config, config_path: str, run: Callable[[], Any] | None) -> int:
+def _run_in_session(
+    config: Config,
+    config_path: str,
+    run: Callable[[], Any] | None,
+    preemption: Optional[PreemptionSettings] = None,
+) -> int:
     from trinity.launcher.logs import console_err, console_out
     from trinity.launcher.modes import LaunchInputError
     from trinity.launcher.placement import PlacementError
+    from trinity.launcher.run.preemption import EXIT_PREEMPTED, Preempted
 
     try:
         if run is None:
-            _execute(config)
+            _execute(config, preemption)
         else:
             run()
     except (LaunchInputError, PlacementError, FileNotFoundError) as exc:
         print(f"error: {config_path}: {exc}", file=console_err(), flush=True)
         return EXIT_BAD_INPUT
+    except Preempted as exc:
+        print(f"preempted: {exc}", file=console_err(), flush=True)
+        return EXIT_PREEMPTED
     except KeyboardInterrupt:
         print("interrupted", file=console_err(), flush=True)
         return EXIT_INTERRUPTED

@@ -34,6 +34,7 @@ from trinity.launcher.run.coordinator import Coordinator, RunSettings
 from trinity.launcher.run.ledger import ExperienceLedger
 from trinity.launcher.run.plan import run_config_for
 from trinity.launcher.run.policies import TakingTurns, Unsynced, sync_policy
+from trinity.launcher.run.preemption import PreemptionSettings, StopRequest
 from trinity.launcher.run.ray_session import ray_session
 from trinity.launcher.run.records import DirectRecords, LazySink, StepMerger
 from trinity.utils.gc_heap import freeze_startup_heap
@@ -74,6 +75,10 @@ class RunSession:
             opened at the first record).
         trainer_progress: shows train steps in a run without an explorer (default: summary
             lines on the console).
+        preemption: the signals that stop the run with a checkpoint, and the grace period
+            (:mod:`~trinity.launcher.run.preemption`; ``trinity-launch`` passes its
+            ``--preemption-signals`` / ``--grace-period``); ``None``: signals keep their
+            default effect.
         explorer_options: for :class:`~trinity.launcher.explorer.Explorer`
             (``rollout_engines``, ``auxiliary_engines``, ``plugin_dirs``, ``tasks_per_runner``).
 
@@ -89,8 +94,10 @@ class RunSession:
         progress: Any = None,
         monitor: Any = None,
         trainer_progress: Any = None,
+        preemption: Optional[PreemptionSettings] = None,
         **explorer_options: Any,
     ) -> None:
+        self.preemption = preemption
         self.spec = spec = run_mode_spec(config.mode)
         if not spec.runnable:
             raise LaunchInputError(
@@ -178,7 +185,7 @@ class RunSession:
                 f"; {dropped} records of later steps dropped from metrics.jsonl" if dropped else "",
             )
 
-    def _coordinator(self, trainer: Any) -> Coordinator:
+    def _coordinator(self, trainer: Any, stop: Optional[StopRequest] = None) -> Coordinator:
         """The coordinator of this run, its policies chosen from the config."""
         config, spec, explorer = self.config, self.spec, self.explorer
         sync = policy = turns = None
@@ -210,6 +217,7 @@ class RunSession:
             restored=point.experiences if point is not None else None,
             trainer_progress=self.trainer_progress,
             end_of_data=_end_of_data(),
+            stop=stop,
         )
 
     # ------------------------------------------------------------------ running
@@ -308,7 +316,7 @@ class RunSession:
             freeze_startup_heap()  # set up: full collections no longer walk the imports' objects
             if self.spec.evaluates_checkpoints:
                 return await explorer.bench()
-            result = await self._coordinator(trainer).run()
+            result = await self._run_coordinator(trainer)
             self.checkpointer.mark_finished()
             return result
         finally:
@@ -316,6 +324,14 @@ class RunSession:
                 trainer.close()
             if explorer is not None:
                 await explorer.shutdown()
+
+    async def _run_coordinator(self, trainer: Any) -> Any:
+        """The coordinator's run, under the preemption signals' handlers where asked for."""
+        if self.preemption is None:
+            return await self._coordinator(trainer).run()
+        stop = StopRequest()
+        with stop.installed(self.preemption):
+            return await self._coordinator(trainer, stop).run()
 
     async def _start(self, placement: Any, early: Optional[concurrent.futures.Future[Any]]) -> Any:
         """Start the explorer's engines and runners while the trainer is built; the trainer

@@ -6,7 +6,8 @@
 * :mod:`.ledger` -- the experiences queued for the trainer and not yet trained;
 * :mod:`.records` -- one metrics record per step;
 * :mod:`.plan` -- the config a run executes (derived values on a copy);
-* :mod:`.ray_session` -- the Ray a run joins or starts.
+* :mod:`.ray_session` -- the Ray a run joins or starts;
+* :mod:`.preemption` -- a scheduler's stop signal ends a run with a checkpoint.
 
 Beside it, :mod:`trinity.launcher.checkpoint` (:class:`RunCheckpointer`: every mode's run
 state, saved and resumed; the trainer writes its part through it) and, above it,
@@ -22,9 +23,12 @@ _EXPORTS = {
     "ExperienceLedger": "trinity.launcher.run.ledger",
     "ExplorerDrivenSync": "trinity.launcher.run.policies",
     "FixedSync": "trinity.launcher.run.policies",
+    "Preempted": "trinity.launcher.run.preemption",
+    "PreemptionSettings": "trinity.launcher.run.preemption",
     "RunSettings": "trinity.launcher.run.coordinator",
     "SeparateDevices": "trinity.launcher.run.policies",
     "StepMerger": "trinity.launcher.run.records",
+    "StopRequest": "trinity.launcher.run.preemption",
     "SyncClock": "trinity.launcher.run.clock",
     "SyncPolicy": "trinity.launcher.run.policies",
     "TakingTurns": "trinity.launcher.run.policies",

@@ -16,7 +16,9 @@ The loops meet on a :class:`~trinity.launcher.run.clock.SyncClock` guarded by on
 ``asyncio.Condition``; every wait is for a clock condition that the other loop's progress or
 end makes true, so a loop that ends (or fails) releases the other: the explorer's end closes
 its output (the trainer's reader drains and sees the end), the trainer's end sets
-``trainer_done`` (the explorer stops waiting for weights). The sides are duck-typed
+``trainer_done`` (the explorer stops waiting for weights). A preemption request
+(:mod:`~trinity.launcher.run.preemption`) cancels the explore loop and ends the train loop
+with a checkpoint at its next step boundary. The sides are duck-typed
 (:class:`ExplorerSide`, :class:`TrainerSide`, :class:`WeightSync`), so the rules are tested
 with fakes in milliseconds (``packages/trinity-launcher/tests/test_coordinator.py``) and run
 with the real explorer (Ray actors), trainer (verl) and synchroniser unchanged.
@@ -34,6 +36,7 @@ from trinity.common.experience import Experience
 from trinity.launcher.run.clock import SyncClock
 from trinity.launcher.run.ledger import EXPERIENCE_IDS_KEY, ExperienceLedger, experience_ids
 from trinity.launcher.run.policies import SeparateDevices, SyncPolicy, TurnPolicy, Unsynced
+from trinity.launcher.run.preemption import Preempted, StopRequest
 from trinity.launcher.run.records import DirectRecords
 from trinity.utils.log import get_logger
 
@@ -143,6 +146,10 @@ class Coordinator:
         trainer_progress: shows train steps where no explorer shows progress (mode train).
         end_of_data: what the trainer's ``sample`` raises when its data is used up (the train
             loop ends there; default: the buffer's ``EndOfStream``, ``StopAsyncIteration``).
+        stop: a preemption request (:mod:`~trinity.launcher.run.preemption`): once set, the
+            explore loop is cancelled (its step in flight was not committed), the train loop
+            ends after its current step with a checkpoint, and :meth:`run` raises
+            :class:`~trinity.launcher.run.preemption.Preempted`.
     """
 
     def __init__(
@@ -161,6 +168,7 @@ class Coordinator:
         restored: Optional[list[Experience]] = None,
         trainer_progress: Any = None,
         end_of_data: Optional[tuple[type[BaseException], ...]] = None,
+        stop: Optional[StopRequest] = None,
     ) -> None:
         if explorer is None and trainer is None:
             raise ValueError("a run needs an explorer, a trainer or both")
@@ -185,6 +193,7 @@ class Coordinator:
 
             end_of_data = (EndOfStream, StopAsyncIteration)
         self.end_of_data = end_of_data
+        self.stop = stop
         self.clock = SyncClock.at(trainer.global_step if trainer is not None else 0)
         if explorer is not None:  # a resumed explorer is already past its committed steps
             self.clock.explored_to(explorer.step)
@@ -204,26 +213,56 @@ class Coordinator:
             async with self.generation_lock:
                 await self.sync.push(self.trainer.global_step)
         tasks = []
+        explore = None
         if self.explorer is not None:
-            tasks.append(asyncio.create_task(self.explore_loop(), name="explore"))
+            explore = asyncio.create_task(self.explore_loop(), name="explore")
+            tasks.append(explore)
         if self.trainer is not None:
             tasks.append(asyncio.create_task(self.train_loop(), name="train"))
         if self.explorer is not None and self.trainer is not None and self.policy.serves_requests:
             tasks.append(asyncio.create_task(self.serve_requests(), name="serve-sync"))
+        watcher = (
+            asyncio.create_task(self._on_stop(explore), name="preemption")
+            if self.stop is not None
+            else None
+        )
         try:
             done, _ = await asyncio.wait(set(tasks), return_when=asyncio.FIRST_EXCEPTION)
         except BaseException:  # cancelled (a signal): stop every loop before the sides go
-            await _cancel(tasks)
+            await _cancel(tasks + [watcher] if watcher else tasks)
             raise
-        failed = [t for t in done if t.exception() is not None]
+        if watcher is not None:
+            await _cancel([watcher])
+        failed = [t for t in done if not t.cancelled() and t.exception() is not None]
         if failed:
             await _cancel(tasks)
             raise failed[0].exception()  # type: ignore[misc]
+        if self.stop is not None and self.stop.requested:  # a run without a trainer
+            explorer = self.explorer
+            raise Preempted(
+                str(self.stop.signal_name), explorer.step if explorer else 0, checkpoint=None
+            )
         await asyncio.gather(*tasks)
         self.records.flush()
         if self.trainer is None and self.explorer is not None:
             self.last = dict(self.explorer.last_metrics)
         return dict(self.last)
+
+    async def _on_stop(self, explore: Optional[asyncio.Task[None]]) -> None:
+        """On a preemption request: with a trainer, cancel the explore loop (its step in
+        flight is not in the checkpoint, which captures the committed position and the ledger
+        together; the loop's ``finally`` closes the output, so a trainer waiting for a batch
+        wakes up), and the train loop checkpoints and ends. Without one, the explore loop
+        ends after its step in flight, whose output and recorded position belong together.
+        Either way, whoever waits on the clock wakes up."""
+        assert self.stop is not None
+        await self.stop.wait()
+        logger.warning("preemption (%s): stopping exploration", self.stop.signal_name)
+        if self.trainer is not None and explore is not None and not explore.done():
+            explore.cancel()
+            await asyncio.gather(explore, return_exceptions=True)
+        async with self._changed:
+            self._changed.notify_all()
 
     # ------------------------------------------------------------------ exploring
     async def explore_loop(self) -> None:
@@ -243,7 +282,7 @@ class Coordinator:
             while True:
                 step = explorer.step + 1
                 if not await self._wait_to_explore(step):
-                    break
+                    break  # the trainer has ended, or a preemption stops the run
                 total = explorer.total_steps
                 if total is not None and explorer.step >= total:
                     break  # the task set is done: no weights to ask for
@@ -257,7 +296,8 @@ class Coordinator:
                     self.clock.explored_to(explorer.step)
                     self._changed.notify_all()
                 self._record_explore(evaluated=False)
-                if explorer.eval_readers and explorer.step % self.settings.eval_interval == 0:
+                due = explorer.step % self.settings.eval_interval == 0
+                if explorer.eval_readers and due and not self._stopping():  # else after resume
                     await self._evaluate()
             logger.info("Exploration finished after %d steps", explorer.step)
         finally:
@@ -273,8 +313,13 @@ class Coordinator:
             # has even if that is less than a batch (failed tasks), or both wait
             await self.explorer.flush_output()  # type: ignore[union-attr]
         async with self._changed:
-            await self._changed.wait_for(lambda: self.policy.may_explore(self.clock, step))
-        return not (self.trainer is not None and self.clock.trainer_done)
+            await self._changed.wait_for(
+                lambda: self.policy.may_explore(self.clock, step) or self._stopping()
+            )
+        return not (self._stopping() or (self.trainer is not None and self.clock.trainer_done))
+
+    def _stopping(self) -> bool:
+        return self.stop is not None and self.stop.requested
 
     def _first_eval_due(self, step: int) -> bool:
         if self.checkpointer is not None:
@@ -310,10 +355,12 @@ class Coordinator:
         previous_end = time.perf_counter()
         try:
             while total is None or trainer.global_step < total:
+                await self._stop_here()
                 start = time.perf_counter()
                 try:
                     exps, sample_metrics = await asyncio.to_thread(trainer.sample)
                 except self.end_of_data as exc:
+                    await self._stop_here()  # the explorer closed its output to stop
                     if total is not None and trainer.global_step < total:
                         # said, not silent: a run that ends early names the data that ran out
                         logger.warning(
@@ -325,6 +372,8 @@ class Coordinator:
                             exc,
                         )
                     break
+                # (no stop between reading a batch and training it: a reader's position,
+                # saved with the trainer, has moved past it)
                 metrics = await self._train_step(exps, sample_metrics, start)
                 now = time.perf_counter()
                 metrics["time/step_wall"] = now - previous_end  # end of a step to the next
@@ -374,6 +423,18 @@ class Coordinator:
             metrics["model_version"] = float(self.clock.version)
             metrics[EXPERIENCE_IDS_KEY] = ids
         return metrics
+
+    async def _stop_here(self) -> None:
+        """On a preemption request: the checkpoint (unless the last step has one), then
+        :class:`Preempted`."""
+        if self.stop is None or not self.stop.requested:
+            return
+        trainer, checkpointer = self.trainer, self.checkpointer
+        assert trainer is not None and checkpointer is not None
+        path = None
+        if trainer.global_step > checkpointer.saved_step:
+            path = await self.save()
+        raise Preempted(str(self.stop.signal_name), trainer.global_step, checkpoint=path)
 
     async def save(self) -> str:
         """A step checkpoint now: the explorer's side captured on the event loop (position and
