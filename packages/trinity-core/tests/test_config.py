@@ -667,7 +667,7 @@ def test_other_cross_field_checks() -> None:
     issue_at(error, "explorer.auxiliary_models[0].model_path")
     issue_at(error, "explorer.over_rollout.ratio")
     issue_at(error, "buffer.trainer_input.auxiliary_buffers.sft.path")
-    assert "LoRA is not supported yet" in issue_at(error, "model.lora_configs").message
+    assert "only one adapter is supported" in issue_at(error, "model.lora_configs").message
     error = load_error({"buffer": {"explorer_input": {"taskset": {}, "tasksets": [{}]}}})
     issue_at(error, "buffer.explorer_input.tasksets")
     error = load_error({"model": {"external_model": {"enable": True}}})
@@ -873,10 +873,16 @@ def test_trinity_rft_enum_assignments_validate_as_their_values(tmp_path: Path, c
     assert "storage_type: sql" in (tmp_path / "saved.yaml").read_text()
 
 
-def test_lora_is_refused_until_adapters_train() -> None:
-    """``model.lora_configs`` reaches no trainer code yet: accepting it would train the full
-    model while the config says LoRA. An empty list is no LoRA."""
-    error = load_error({"model": {"lora_configs": [{"lora_rank": 8}]}})
-    message = issue_at(error, "model.lora_configs").message
-    assert "not supported yet" in message and "full fine-tuning" in message
+def test_lora_takes_one_adapter_and_refuses_what_it_cannot_honour() -> None:
+    """``model.lora_configs``: one adapter trains on the trainer side (the engines get merged
+    weights, so nothing turns their own LoRA serving on); more adapters, an adapter name and
+    Trinity-RFT's ``is_dummy`` are refused naming the field. An empty list is no LoRA."""
+    config = load_config({"model": {"lora_configs": [{"lora_rank": 8}]}})
+    assert config.model.lora_configs[0].lora_rank == 8
+    assert config.explorer.rollout_model.enable_lora is False
+    error = load_error({"model": {"lora_configs": [{"lora_rank": 8}, {"lora_rank": 8}]}})
+    assert "has 2 entries" in issue_at(error, "model.lora_configs").message
+    error = load_error({"model": {"lora_configs": [{"is_dummy": True, "name": "a"}]}})
+    assert "not supported yet" in issue_at(error, "model.lora_configs[0].is_dummy").message
+    assert "allowed: null" in issue_at(error, "model.lora_configs[0].name").message
     assert load_config({"model": {"lora_configs": []}}).model.lora_configs == []

@@ -176,6 +176,9 @@ def merge_shards(shards: list[Path]) -> dict[str, Any]:
 
     states = [_load_shard(p) for p in shards]
     keys = list(states[0])
+    if any("lora_" in key for key in keys):  # a LoRA run keeps the adapter only (and peft's
+        # names): the trainer engine rebuilds base + adapter and writes the merged weights
+        raise _UnsupportedShards("a LoRA checkpoint (adapter shards only)")
     for rank, state in enumerate(states[1:], start=1):
         if set(state) != set(keys):
             raise _UnsupportedShards(f"rank {rank}'s shard holds other keys than rank 0's")

@@ -161,7 +161,11 @@ def _unless_different(derived: Callable[[Config], Any]) -> _Check:
     return lambda value, cfg: value is None or value == derived(cfg)
 
 
-_LORA = "LoRA is not supported yet (model.lora_configs is refused), so this LoRA option has "
+_LORA = (
+    "serving LoRA adapters in the rollout engines is not supported yet: with "
+    "model.lora_configs the trainer trains the adapter and the engines get the merged weights "
+    "(base + adapter) on every sync, so this engine LoRA option has "
+)
 _ROPE = (
     "a RoPE override is not supported yet: the engines and the trainer load the model's own "
     "config.json, so an override here would change only the context checks; allowed: null "

@@ -61,14 +61,7 @@ def _rule_model(c: _Checker, cfg: Config) -> None:
     model = cfg.model
     if not model.critic_model_path:
         _set_derived(model, "critic_model_path", model.model_path)
-    if model.lora_configs:
-        # nothing would train adapters: the run would update the full model, looking right
-        c.error(
-            ("model", "lora_configs"),
-            f"{len(model.lora_configs)} adapter(s)",
-            "LoRA is not supported yet (the trainer would update every weight of the model); "
-            "allowed: no lora_configs (full fine-tuning)",
-        )
+    _rule_lora(c, cfg)
     if model.external_model.enable:
         if not cfg.run_mode.evaluates_checkpoints:
             allowed = mode_names(lambda spec: spec.evaluates_checkpoints)
@@ -120,6 +113,108 @@ def _rule_model(c: _Checker, cfg: Config) -> None:
                 f"model.max_response_tokens ({model.max_response_tokens}); set to {new}."
             )
         _set_derived(model, "min_response_tokens", new)
+
+
+#: what serving the adapter by a name of its own would need; the engines get merged weights
+_LORA_SERVED_MERGED = (
+    "is not supported yet: the rollout engines get the merged weights (base + adapter) on "
+    "every sync and serve them under the model's own name; allowed: null"
+)
+
+
+def _rule_lora(c: _Checker, cfg: Config) -> None:
+    """``model.lora_configs``: one adapter, trained by the trainer (verl's FSDP engine with
+    peft; base weights frozen), its merged weights sent to the rollout engines on every sync.
+    What that cannot honour yet is refused naming the field; an empty list is no LoRA."""
+    configs = cfg.model.lora_configs
+    if not configs:
+        return
+    if len(configs) > 1:
+        c.error(
+            ("model", "lora_configs"),
+            f"{len(configs)} adapters",
+            f"model.lora_configs has {len(configs)} entries and only one adapter is supported "
+            "(as in Trinity-RFT); allowed: one entry",
+        )
+        return
+    lora, at = configs[0], ("model", "lora_configs", 0)
+    if lora.is_dummy:
+        c.error(
+            at + ("is_dummy",),
+            True,
+            "true: a blank adapter made beforehand (Trinity-RFT marks the one it creates with "
+            "is_dummy) is not supported yet: without path a new adapter starts blank in the "
+            "trainer; allowed: false (leave path out for a new adapter)",
+        )
+    for name in ("name", "base_model_name"):
+        if getattr(lora, name) is not None:
+            value = getattr(lora, name)
+            c.error(at + (name,), value, f"{value!r}: an adapter {name} {_LORA_SERVED_MERGED}")
+    _check_lora_dtype(c, at + ("lora_dtype",), lora.lora_dtype)
+    if lora.path is not None and c.run_checks:
+        _check_lora_adapter_dir(c, at, lora)
+
+
+def _check_lora_dtype(c: _Checker, loc: tuple[Union[str, int], ...], value: str) -> None:
+    """``auto`` or a torch dtype name; only float32 can be honoured: the trainer keeps the
+    adapter with its fp32 master weights (FSDP2 shards a layer's parameters in one dtype; the
+    compute dtype is the trainer's precision either way)."""
+    name = str(value).strip()
+    if name == "auto":
+        return
+    import torch
+
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        c.error(
+            loc,
+            value,
+            f"{value!r} is not a torch dtype name; allowed: 'auto' or a torch dtype name such "
+            "as 'float32'",
+        )
+    elif dtype != torch.float32:
+        c.error(
+            loc,
+            value,
+            f"{value!r}: an adapter kept in {name} is not supported yet (the trainer keeps it with its fp32 "
+            "master weights and computes in its own precision); allowed: 'auto' or 'float32'",
+        )
+
+
+def _check_lora_adapter_dir(c: _Checker, at: tuple[Union[str, int], ...], lora: Any) -> None:
+    """``path``: a PEFT LoRA adapter directory. Its ``adapter_config.json`` decides rank, alpha
+    and modules, so a value written beside it must agree (else it would be ignored)."""
+    import json
+    from pathlib import Path
+
+    config_file = Path(lora.path).expanduser() / "adapter_config.json"
+    try:
+        saved = json.loads(config_file.read_text(encoding="utf-8"))
+        kind = str(saved.get("peft_type", "LORA")).upper()
+    except (OSError, ValueError, AttributeError) as exc:
+        saved, kind = {}, f"no readable {config_file.name} ({exc})"
+    if kind != "LORA":
+        c.error(
+            at + ("path",),
+            lora.path,
+            f"{lora.path!r} is not a PEFT LoRA adapter directory ({kind}); allowed: a directory written by "
+            "peft's save_pretrained, or leave path out for a new adapter",
+        )
+        return
+    for field, key in (
+        ("lora_rank", "r"),
+        ("lora_alpha", "lora_alpha"),
+        ("target_modules", "target_modules"),
+        ("exclude_modules", "exclude_modules"),
+    ):
+        if field in lora.model_fields_set and getattr(lora, field) != saved.get(key):
+            c.error(
+                at + (field,),
+                getattr(lora, field),
+                f"{getattr(lora, field)!r}: the adapter at path has {key}={saved.get(key)!r}, "
+                "which is what trains; "
+                f"allowed: leave {field} out with path",
+            )
 
 
 def _rule_algorithm(c: _Checker, cfg: Config) -> None:
@@ -189,8 +284,6 @@ def _rule_explorer(c: _Checker, cfg: Config) -> None:
     _set_derived(rollout, "enable_return_routed_experts", cfg.algorithm.enable_router_replay)
     if cfg.run_mode.serves_api:
         _set_derived(rollout, "enable_openai_api", True)
-    if cfg.model.lora_configs and not cfg.model.tinker.enable:
-        _set_derived(rollout, "enable_lora", True)
     _fill_inference_model(c, cfg, rollout, ("explorer", "rollout_model"))
     for i, aux in enumerate(explorer.auxiliary_models):
         loc = ("explorer", "auxiliary_models", i)

@@ -143,19 +143,28 @@ __all__ = [
 
 
 class LoRAConfig(_Section):
-    """A LoRA adapter trained instead of the full model."""
+    """A LoRA adapter trained instead of the full model (one per run): the trainer freezes the
+    base weights and trains the adapter; the rollout engines get the merged weights on sync."""
 
-    name: Optional[str] = Field(None, description="Adapter name served by the rollout engine.")
-    path: Optional[str] = Field(
-        None, description="Adapter weights; a blank one is created if unset."
+    name: Optional[str] = Field(
+        None, description="Adapter name in the engines: not supported yet (merged weights)."
     )
-    base_model_name: Optional[str] = Field(None, description="Base model name for the engine.")
-    lora_rank: Int = Field(32, ge=1, description="LoRA rank.")
-    lora_alpha: Int = Field(32, ge=1, description="LoRA alpha.")
-    lora_dtype: str = Field("auto", description="LoRA weight dtype.")
-    target_modules: str = Field("all-linear", description="Modules that get adapters.")
-    exclude_modules: Optional[str] = Field(None, description="Modules excluded from adapters.")
-    is_dummy: bool = Field(False, description="Set when a blank adapter was created.")
+    path: Optional[str] = Field(
+        None, description="A PEFT adapter directory to continue; a new adapter if unset."
+    )
+    base_model_name: Optional[str] = Field(
+        None, description="Base model name in the engines: not supported yet (merged weights)."
+    )
+    lora_rank: Int = Field(32, ge=1, description="LoRA rank r.")
+    lora_alpha: Int = Field(32, ge=1, description="LoRA alpha (the update is scaled by alpha/r).")
+    lora_dtype: str = Field("auto", description="Adapter dtype: auto or float32 (the trainer's).")
+    target_modules: str = Field(
+        "all-linear", description="Modules that get adapters: all-linear or a full-match regex."
+    )
+    exclude_modules: Optional[str] = Field(
+        None, description="Modules left without adapters (a full-match regex)."
+    )
+    is_dummy: bool = Field(False, description="Trinity-RFT's mark of its blank adapter; false.")
 
 
 def _tinker_not_supported(value: bool) -> bool:
@@ -229,7 +238,7 @@ class ModelConfig(_Section):
         None, description="Thinking mode for Qwen3-style models."
     )
     lora_configs: Optional[list[LoRAConfig]] = Field(
-        None, description="LoRA adapters to train (at most one for now)."
+        None, description="The LoRA adapter to train (one entry); unset: full fine-tuning."
     )
     fully_sharded_loras: bool = Field(False, description="Shard LoRA weights in the engine.")
     max_cpu_loras: Optional[Int] = Field(None, ge=1, description="LoRA adapters cached on CPU.")
@@ -333,7 +342,7 @@ class InferenceModelConfig(_Section):
     sync_method: Optional[SyncMethodName] = Field(None, description="Set from the synchronizer.")
     checkpoint_job_dir: Optional[str] = Field(None, description="Set from the run.")
     cuda_visible_devices: Optional[str] = Field(None, description="Set by the launcher.")
-    enable_lora: bool = Field(False, description="Set from model.lora_configs.")
+    enable_lora: bool = Field(False, description="Serve adapters: not supported yet.")
     enable_runtime_lora_updating: bool = Field(False, description="Set by the launcher.")
     lora_modules: Optional[list[dict[str, Any]]] = Field(None, description="Set by the launcher.")
     lora_kwargs: dict[str, Any] = Field(default_factory=dict, description="Set by the launcher.")

@@ -69,11 +69,24 @@ def _plan(config: Config) -> _Plan:
     return _Plan(algorithm, schema, total_steps, settings, needs_ref, world_size)
 
 
+def _reference(engine: Any, plan: _Plan, build: Any) -> Any:
+    """The reference policy where the loss needs one: with LoRA the policy engine with its
+    adapter disabled (the frozen base, no second copy); else ``build()``, a second engine of
+    the same model that is never stepped."""
+    if not plan.needs_ref:
+        return None
+    if plan.settings.lora_rank:
+        from trinity.launcher.trainer.verl_lora import AdapterDisabledReference
+
+        return AdapterDisabledReference(engine)
+    return build()
+
+
 def _local_engines(config: Config, plan: _Plan) -> TrainEngines:
     from trinity.launcher.trainer.verl_engine import VerlTrainEngine
 
     engine = VerlTrainEngine(plan.settings)
-    ref_engine = VerlTrainEngine(plan.settings) if plan.needs_ref else None  # never stepped
+    ref_engine = _reference(engine, plan, partial(VerlTrainEngine, plan.settings))
     critic = None
     if plan.algorithm.use_critic:
         from trinity.launcher.trainer.critic import VerlCriticEngine
@@ -109,18 +122,7 @@ def build_trainer(
     plan = engines.plan if engines is not None and engines.plan is not None else _plan(config)
     if engines is None:
         if plan.world_size > 1:
-            engines = TrainEngines(
-                *_remote_engines(
-                    config,
-                    plan.settings,
-                    plan.world_size,
-                    plan.needs_ref,
-                    plan.algorithm.use_critic,
-                    plan.total_steps,
-                    plan.schema,
-                    placement=placement,
-                )
-            )
+            engines = TrainEngines(*_remote_engines(config, plan, placement=placement))
         else:
             engines = _local_engines(config, plan)
     readers = build_trainer_readers(config, plan.schema, engines.engine.tokenizer)
@@ -135,17 +137,8 @@ def build_trainer(
     )
 
 
-def _remote_engines(
-    config: Config,
-    settings: Any,
-    world_size: int,
-    needs_ref: bool,
-    use_critic: bool,
-    total_steps: Optional[int],
-    schema: str,
-    placement: Any = None,
-) -> tuple[Any, Any, Any]:
-    """The policy (and reference, critic) engines as ``world_size`` Ray worker ranks."""
+def _remote_engines(config: Config, plan: _Plan, placement: Any = None) -> tuple[Any, Any, Any]:
+    """The policy (and reference, critic) engines as ``plan.world_size`` Ray worker ranks."""
     import ray
     from verl.utils import hf_tokenizer
 
@@ -155,8 +148,9 @@ def _remote_engines(
 
     if not ray.is_initialized():
         raise RuntimeError("trainer Ray workers need Ray: run inside ray_session(config)")
+    settings, use_critic, total_steps = plan.settings, plan.algorithm.use_critic, plan.total_steps
     builders: dict[str, Any] = {"actor": partial(VerlTrainEngine, settings)}
-    if needs_ref:
+    if plan.needs_ref and not settings.lora_rank:  # with LoRA: the actor, adapter disabled
         builders["ref"] = partial(VerlTrainEngine, settings)
     if use_critic:
         builders["critic"] = partial(
@@ -169,7 +163,7 @@ def _remote_engines(
         placement.trainer_options if placement is not None and placement.plan.trainer else None
     )
     group = TrainerWorkerGroup(
-        world_size,
+        plan.world_size,
         builders,
         device,
         rank_options=rank_options,
@@ -180,7 +174,7 @@ def _remote_engines(
         settings.tokenizer_path or settings.model_path,
         trust_remote_code=settings.trust_remote_code,
     )
-    unit = 2 if schema == "dpo" else 1  # DPO's [chosen_i, rejected_i] pairs stay on one rank
+    unit = 2 if plan.schema == "dpo" else 1  # DPO's [chosen_i, rejected_i] pairs stay on one rank
     # trainer.balance_batch: ranks get about equal token counts (verl's partition); with a
     # fixed micro-batch size also equal row counts
     shard = dict(
@@ -190,7 +184,7 @@ def _remote_engines(
         equal_rows=not settings.use_dynamic_bsz,
     )
     engine = RemoteEngine(group, "actor", **shard)
-    ref = RemoteEngine(group, "ref", **shard) if needs_ref else None
+    ref = _reference(engine, plan, partial(RemoteEngine, group, "ref", **shard))
     critic = RemoteEngine(group, "critic", **{**shard, "equal_rows": True}) if use_critic else None
     return engine, ref, critic
 

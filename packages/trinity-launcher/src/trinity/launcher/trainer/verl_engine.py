@@ -38,6 +38,7 @@ every method with its own shard of the batch (SPMD).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -54,6 +55,12 @@ from trinity.launcher.trainer.packed_attention import PACKED_SDPA
 from trinity.launcher.trainer.packed_attention import register as register_packed_sdpa
 from trinity.launcher.trainer.verl_compat import (
     apply_verl_compat,
+)
+from trinity.launcher.trainer.verl_lora import (
+    adapter_only_optimizer,
+    check_adapter,
+    lora_model_fields,
+    peft_build_error,
 )
 
 # The settings, the loss callback and the weights/checkpoint half of the engine live in their
@@ -156,6 +163,8 @@ class VerlTrainEngine(VerlWeightsMixin):
         if self.device == "cuda":
             torch.cuda.manual_seed_all(settings.seed)
         self.global_step = 0
+        #: a LoRA adapter trains on the frozen base (the policy only: a critic trains in full)
+        self.is_lora = bool(settings.lora_rank) and self.MODEL_TYPE == "language_model"
         self._engine = self._build_engine()
 
     # ---------------------------------------------------------------- construction
@@ -179,6 +188,7 @@ class VerlTrainEngine(VerlWeightsMixin):
             use_remove_padding=s.use_remove_padding,
             enable_gradient_checkpointing=s.gradient_checkpointing,
             model_type=self.MODEL_TYPE,
+            **(lora_model_fields(s) if self.is_lora else {}),
         )
         compile_ = self.device != "cpu" if s.use_torch_compile is None else s.use_torch_compile
         # Field-by-field mapping of our settings onto verl's engine and optimizer configs (the two
@@ -242,10 +252,21 @@ class VerlTrainEngine(VerlWeightsMixin):
             model_config=model_config,
             engine_config=engine_config,
             optimizer_config=optimizer_config,
-            checkpoint_config=CheckpointConfig(),
+            # a LoRA checkpoint holds the adapter (the frozen base is model_path's)
+            checkpoint_config=CheckpointConfig(save_lora_only=self.is_lora),
         )
         started = time.perf_counter()
-        engine.initialize()
+        if self.is_lora:
+            adapter_only_optimizer(engine)
+        try:
+            engine.initialize()
+        except ValueError as exc:
+            error = peft_build_error(s, exc) if self.is_lora else None
+            if error is None:
+                raise
+            raise error from exc
+        if self.is_lora:
+            check_adapter(engine.module, s)
         logger.info(
             "verl FSDP2 engine ready on %s (%s) in %.2fs",
             self.device,
@@ -455,6 +476,7 @@ class VerlTrainEngine(VerlWeightsMixin):
         batch: Experiences,
         temperature: float = 1.0,
         return_entropy: bool = False,
+        disable_adapter: bool = False,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Log-probabilities of the response tokens under the current weights.
 
@@ -466,6 +488,8 @@ class VerlTrainEngine(VerlWeightsMixin):
                 ``action_mask`` are read.
             temperature: the sampling temperature the responses were generated with.
             return_entropy: also return the per-token entropy of ``softmax(logits / T)``.
+            disable_adapter: score with the LoRA adapter disabled: the frozen base model, the
+                reference of a LoRA run (verl's ``engine.disable_adapter()``); LoRA only.
 
         Returns:
             float32 CPU ``[B, R]`` log-probs, 0 where ``action_mask`` is 0 (padding,
@@ -473,10 +497,13 @@ class VerlTrainEngine(VerlWeightsMixin):
         """
         from verl.workers.utils.padding import no_padding_2_padding
 
+        if disable_adapter and not self.is_lora:
+            raise ValueError("disable_adapter=True needs a LoRA engine (settings.lora_rank > 0)")
         td = self._build_tensordict(
             batch, {}, temperature, training=False, calculate_entropy=return_entropy
         )
-        with self._engine.eval_mode():
+        adapter = self._engine.disable_adapter() if disable_adapter else contextlib.nullcontext()
+        with self._engine.eval_mode(), adapter:
             output = self._engine.infer_batch(td)
         model_output = output["model_output"]
         mask = batch.action_mask.to(torch.float32)

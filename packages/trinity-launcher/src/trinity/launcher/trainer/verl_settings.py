@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 
@@ -122,6 +122,8 @@ _DTYPES = {
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _SCHEDULERS = ("constant", "cosine")
 _OPTIMIZERS = {"adam": "AdamW", "adamw": "AdamW", "sgd": "SGD"}
+#: adapter dtypes the engine honours: the trainer's fp32 master weights ('auto': those)
+_LORA_DTYPES = ("auto", "float32", "float")
 
 
 # ----------------------------------------------------------------------------------- settings
@@ -161,6 +163,16 @@ class VerlEngineSettings:
         use_remove_padding: run packed sequences without padding (verl's default).
     Memory and parallelism: gradient_checkpointing, param_offload, optimizer_offload,
         ulysses_sequence_parallel_size, fsdp_size (``-1``: shard over all ranks).
+    LoRA (``model.lora_configs``; :mod:`~trinity.launcher.trainer.verl_lora`):
+        lora_rank: ``0`` trains every weight; ``> 0`` freezes the base and trains a peft LoRA
+            adapter of this rank (verl's ``_build_lora_module``).
+        lora_alpha: the update is ``(lora_alpha / lora_rank) * B @ A``.
+        lora_target_modules / lora_exclude_modules: peft's selection (``"all-linear"`` or a
+            full-match regular expression; a list of module-name suffixes).
+        lora_adapter_path: a PEFT adapter directory to continue training (its own
+            ``adapter_config.json`` then sets rank, alpha and modules; ``from_config`` reads
+            them from it).
+        lora_dtype: ``"auto"`` or ``"float32"``: the adapter is kept with the fp32 master weights.
     Other:
         cpu_threads: torch intra-op threads of the process the engine runs in, on CPU
             (``None``: torch's default; ``from_config`` derives :func:`cpu_threads_for`).
@@ -205,6 +217,12 @@ class VerlEngineSettings:
     seed: int = 42
     use_torch_compile: Optional[bool] = None
     full_determinism: bool = False
+    lora_rank: int = 0
+    lora_alpha: int = 32
+    lora_target_modules: Union[str, list[str]] = "all-linear"
+    lora_exclude_modules: Optional[Union[str, list[str]]] = None
+    lora_adapter_path: Optional[str] = None
+    lora_dtype: str = "auto"
     engine_overrides: dict[str, Any] = field(default_factory=dict)
     optimizer_overrides: dict[str, Any] = field(default_factory=dict)
 
@@ -257,12 +275,27 @@ class VerlEngineSettings:
                 self.ulysses_sequence_parallel_size,
                 "an integer >= 1",
             )
+        self._check_lora(bad)
         if self.ulysses_sequence_parallel_size > 1 and not self.use_remove_padding:
             raise bad(
                 "use_remove_padding",
                 self.use_remove_padding,
                 "true when ulysses_sequence_parallel_size > 1 (verl's requirement)",
             )
+
+    def _check_lora(self, bad: Any) -> None:
+        if self.lora_rank < 0:
+            raise bad("lora_rank", self.lora_rank, "0 (no LoRA) or a positive rank")
+        if not self.lora_rank:
+            if self.lora_adapter_path is not None:
+                raise bad("lora_rank", 0, "the adapter's rank (> 0) with lora_adapter_path")
+            return
+        if self.lora_alpha <= 0:
+            raise bad("lora_alpha", self.lora_alpha, "a positive integer")
+        if self.lora_dtype not in _LORA_DTYPES:
+            raise bad("lora_dtype", self.lora_dtype, ", ".join(map(repr, _LORA_DTYPES)))
+        if not self.lora_target_modules:
+            raise bad("lora_target_modules", self.lora_target_modules, "'all-linear' or names")
 
     @property
     def resolved_device(self) -> str:
@@ -289,6 +322,7 @@ class VerlEngineSettings:
         ``actor_rollout_ref.model.enable_gradient_checkpointing`` and
         ``actor_rollout_ref.actor.fsdp_config.{param_offload,optimizer_offload}``. The gradient
         clip is ``algorithm.optimizer.clip_grad`` where set, else ``trainer.grad_clip``.
+        ``model.lora_configs`` gives the ``lora_*`` fields (:func:`lora_settings`).
         ``overrides`` win over everything.
         """
         optim = config.algorithm.optimizer
@@ -347,7 +381,40 @@ class VerlEngineSettings:
         if actor.get("ppo_micro_batch_size_per_gpu"):
             kwargs["micro_batch_size"] = int(actor["ppo_micro_batch_size_per_gpu"])
         kwargs["cpu_threads"] = cpu_threads_for(config.model.model_path)
+        kwargs.update(lora_settings(config))
         if "enable_gradient_checkpointing" in model:
             kwargs["gradient_checkpointing"] = bool(model["enable_gradient_checkpointing"])
         kwargs.update(overrides)
         return cls(**kwargs)
+
+
+def lora_settings(config: Config) -> dict[str, Any]:
+    """The ``lora_*`` settings of ``model.lora_configs`` (one adapter; the config's rules refuse
+    more and what cannot be honoured). With ``path`` the adapter's own ``adapter_config.json``
+    gives rank, alpha and modules (peft trains what it loads; the rules refuse other values
+    written beside it). Empty without LoRA."""
+    import json
+    import os
+
+    if not config.model.lora_configs:
+        return {}
+    lora = config.model.lora_configs[0]
+    out: dict[str, Any] = dict(
+        lora_rank=lora.lora_rank,
+        lora_alpha=lora.lora_alpha,
+        lora_target_modules=lora.target_modules,
+        lora_exclude_modules=lora.exclude_modules,
+        lora_dtype=lora.lora_dtype,
+    )
+    if lora.path is not None:
+        path = os.path.expanduser(lora.path)
+        with open(os.path.join(path, "adapter_config.json"), encoding="utf-8") as f:
+            saved = json.load(f)
+        out.update(
+            lora_adapter_path=path,
+            lora_rank=int(saved["r"]),
+            lora_alpha=int(saved.get("lora_alpha", saved["r"])),
+            lora_target_modules=saved.get("target_modules") or lora.target_modules,
+            lora_exclude_modules=saved.get("exclude_modules"),
+        )
+    return out

@@ -31,13 +31,22 @@ _CHECKPOINT_META = "trinity_engine.json"
 class VerlWeightsMixin:
     """Weights and checkpoints of a verl engine (mixed into ``VerlTrainEngine``); expects
     ``self._engine``, ``self.settings``, ``self.rank``, ``self.hf_config``, ``self.tokenizer``,
-    ``self._model_config`` and ``self.global_step``."""
+    ``self._model_config``, ``self.global_step`` and ``self.is_lora``."""
 
     # ---------------------------------------------------------------- weights
 
     def iter_state_dict(self) -> Iterator[tuple[str, Tensor]]:
         """``(HF parameter name, full tensor)`` one at a time (gathered from the shards; on the
-        engine's device). Collective: every rank must consume the whole iterator."""
+        engine's device). Collective: every rank must consume the whole iterator.
+
+        With LoRA these are the merged weights (base + ``alpha / r * B @ A``) under the base
+        model's names (:func:`~trinity.launcher.trainer.verl_lora.iter_merged_state_dict`): what
+        the rollout engines and the Hugging Face export get, loaded like full weights."""
+        if getattr(self, "is_lora", False):
+            from trinity.launcher.trainer.verl_lora import iter_merged_state_dict
+
+            yield from iter_merged_state_dict(self._engine)
+            return
         params, _ = self._engine.get_per_tensor_param()
         for name, tensor in params:
             yield name, tensor.detach()
@@ -132,6 +141,8 @@ class VerlWeightsMixin:
     ) -> Path:
         """Save model, optimizer, lr-scheduler and RNG state (sharded, one file set per rank,
         verl's layout) plus ``trinity_engine.json``; :meth:`load_checkpoint` resumes exactly.
+        With LoRA the model part is the adapter's (the frozen base is ``model_path``'s) and the
+        optimizer holds only the adapter's state.
 
         Args:
             directory: the checkpoint directory (e.g. ``<job>/global_step_10/actor``).
@@ -167,8 +178,25 @@ class VerlWeightsMixin:
                 f"no checkpoint for world size {world_size} in {path} (looked for "
                 f"{expected.name}; found: {', '.join(found) or 'nothing'})"
             )
-        self._engine.load_checkpoint(str(path), del_local_after_load=False)
         meta_file = path / _CHECKPOINT_META
-        if meta_file.is_file():
-            self.global_step = int(json.loads(meta_file.read_text()).get("global_step", 0))
+        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+        self._check_lora_matches(meta.get("settings") or {}, path)
+        self._engine.load_checkpoint(str(path), del_local_after_load=False)
+        if meta:
+            self.global_step = int(meta.get("global_step", 0))
         return self.global_step
+
+    def _check_lora_matches(self, saved: dict[str, Any], path: Path) -> None:
+        """A checkpoint resumes only under the LoRA setup it was written with: a LoRA one
+        holds the adapter alone, a full one no adapter (``model.lora_configs`` decides)."""
+        keys = ("lora_rank", "lora_alpha", "lora_target_modules", "lora_exclude_modules")
+        then = {k: saved.get(k, 0 if k == "lora_rank" else None) for k in keys}
+        now = {k: getattr(self.settings, k) for k in keys}
+        if not (then["lora_rank"] or now["lora_rank"]) or not saved:
+            return  # full fine-tuning both times (or an unrecorded checkpoint: verl decides)
+        changed = [f"{k}: {then[k]!r} then, {now[k]!r} now" for k in keys if then[k] != now[k]]
+        if changed:
+            raise ValueError(
+                f"the checkpoint {path} was written with other LoRA settings "
+                f"({'; '.join(changed)}); allowed: model.lora_configs as when it was written"
+            )

@@ -381,13 +381,21 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ policy / reference
     def compute_logprobs(
-        self, batch: Experiences, temperature: float = 1.0, return_entropy: bool = False
+        self,
+        batch: Experiences,
+        temperature: float = 1.0,
+        return_entropy: bool = False,
+        disable_adapter: bool = False,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """Per-row log-probs from every rank; ``disable_adapter``: the LoRA policy's base (the
+        reference of a LoRA run, :class:`~trinity.launcher.trainer.verl_lora.
+        AdapterDisabledReference`)."""
         partition = self._partition(batch)
         results = self.group.run(
             self.role,
             "compute_logprobs",
             [(take_rows(batch, rows), temperature, return_entropy) for rows in partition],
+            **({"disable_adapter": True} if disable_adapter else {}),
         )
         if return_entropy:
             return (
