@@ -60,11 +60,6 @@ KNOWN_REFUSALS: dict[str, dict[str, str]] = {
         "0.6's load_config fails on it too",
         "trainer.trainer_config.critic.shuffle": "as ppo_epochs",
     },
-    "examples/learn_to_ask/train.yaml": {
-        "buffer.explorer_input.taskset.default_workflow_type": "learn2ask_workflow is the "
-        "example's own plugin (its workflow/ directory, loaded with --plugin-dir), not a "
-        "Trinity-RFT 0.6 built-in",
-    },
 }
 
 #: keys refused in every example that carries them, because Trinity-RFT 0.6 refuses them too

@@ -61,9 +61,6 @@ DOCUMENTED_MISSING: dict[str, str] = {
     ),
     "trinity.common.models.utils:tokenize_and_mask_messages_default": _TOKENIZE,
     "trinity.common.models.utils:tokenize_and_mask_messages_hf": _TOKENIZE,
-    "trinity.common.workflows.eval_workflow:MathEvalWorkflow": (
-        "math_eval_workflow is not implemented yet"
-    ),
     "trinity.explorer.explorer:Explorer": _EXPLORER,
     "trinity.explorer.scheduler:Scheduler": _EXPLORER,
     "trinity.explorer.workflow_runner:Status": _EXPLORER,

@@ -48,6 +48,31 @@ def _game_player(messages, sample_index):
     return "I look around.\n```look```"
 
 
+def _ruler_judge(messages, sample_index):
+    return "The first is right, the second is not.\n[1.0, 0.0]"
+
+
+def _sudoku_player(messages, sample_index):
+    """Fill the first empty cell with the smallest digit that keeps the board consistent."""
+    from trinity.workflows.envs.sudoku_board import is_consistent
+
+    lines = messages[-1]["content"].split("Board:\n", 1)[1].strip().splitlines()
+    board = [[int(v) for v in line.split()] for line in lines]
+    for r, row in enumerate(board):
+        for c, v in enumerate(row):
+            if v == 0:
+                for digit in range(1, len(board) + 1):
+                    row[c] = digit
+                    if is_consistent(board):
+                        return f"{r} {c} {digit}"
+                return "stuck"
+    return "done"
+
+
+SUDOKU = [[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 0]]
+SUDOKU_OTHER = [[0, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 0, 1]]
+
+
 WORKFLOW_ATTRS = {
     "simple_workflow": {"task_args": MATH, "other_task_args": MATH_OTHER, "responses": ["4", "5"]},
     "async_simple_workflow": {
@@ -75,6 +100,65 @@ WORKFLOW_ATTRS = {
         "other_task_args": MATH_OTHER,
         "responses": ["<answer>4</answer>", "<answer>5</answer>"],
         "auxiliary_responses": (_judge,),
+    },
+    "async_math_boxed_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["So \\boxed{4}", "\\boxed{5}"],
+    },
+    "async_math_rm_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["<answer>4</answer>", "<answer>5</answer>"],
+        "auxiliary_responses": (_judge,),
+    },
+    "math_eval_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["So \\boxed{4}", "The answer is 5"],
+    },
+    "async_math_eval_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["So \\boxed{4}", "The answer is 5"],
+    },
+    "math_ruler_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["<think>2+2</think><answer>4</answer>", "<answer>5</answer>"],
+        "auxiliary_responses": (_ruler_judge,),
+    },
+    "async_math_ruler_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["<think>2+2</think><answer>4</answer>", "<answer>5</answer>"],
+        "auxiliary_responses": (_ruler_judge,),
+    },
+    "bots_math_boxed_workflow": {
+        "task_args": {
+            "raw_task": {"prompt": [{"role": "user", "content": "What is 2+2?"}], "response": "4"}
+        },
+        "other_task_args": MATH_OTHER,
+        "responses": ["So \\boxed{4}", "\\boxed{5}"],
+    },
+    "learn2ask_workflow": {
+        "task_args": {
+            "raw_task": {
+                "prompt": [{"role": "user", "content": "My head hurts."}],
+                "decision_truth": "continue",
+                "info_truth": "fever",
+            }
+        },
+        "other_task_args": {"raw_task": {"prompt": "I cough.", "decision_truth": "stop"}},
+        "responses": ["Any fever, chills, or neither?", "<stop />"],
+        "auxiliary_responses": (
+            "<think>ok</think><format_score>1.0</format_score><content_score>1.0</content_score>",
+        ),
+    },
+    "sudoku_workflow": {
+        "task_args": {"raw_task": {"puzzle": SUDOKU}},
+        "other_task_args": {"raw_task": {"puzzle": SUDOKU_OTHER}},
+        "responses": _sudoku_player,
     },
     "countdown_workflow": {
         "task_args": {"raw_task": {"nums": [1, 2, 3], "target": 6}},

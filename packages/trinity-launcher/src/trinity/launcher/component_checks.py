@@ -33,15 +33,9 @@ TRINITY_RFT_WORKFLOWS_NOT_SHIPPED = frozenset(
         "agentscope_workflow_adapter_v1",
         "agentscopev0_react_math_workflow",
         "as_react_workflow",
-        "async_math_boxed_workflow",
-        "async_math_eval_workflow",
-        "async_math_rm_workflow",
-        "async_math_ruler_workflow",
         "async_simple_mm_workflow",
         "email_search_workflow",
         "intercode_sql_workflow",
-        "math_eval_workflow",
-        "math_ruler_workflow",
         "math_trainable_ruler_workflow",
         "on_policy_distill_math_workflow",
         "on_policy_distill_workflow",
@@ -49,7 +43,6 @@ TRINITY_RFT_WORKFLOWS_NOT_SHIPPED = frozenset(
         "rubric_judge_workflow",
         "simple_mm_workflow",
         "step_wise_alfworld_workflow",
-        "sudoku_workflow",
     }
 )
 

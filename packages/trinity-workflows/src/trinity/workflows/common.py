@@ -9,7 +9,9 @@ from trinity.common.config import GenerationConfig
 from trinity.common.workflows import WORKFLOWS
 
 __all__ = [
+    "WorkflowArgsError",
     "generation_kwargs",
+    "read_workflow_args",
     "registered_name",
     "require_keys",
     "MissingTaskFieldError",
@@ -22,6 +24,36 @@ class MissingTaskFieldError(KeyError, ValueError):
 
     def __str__(self) -> str:  # KeyError would print the message quoted
         return str(self.args[0]) if self.args else ""
+
+
+class WorkflowArgsError(ValueError):
+    """A task's ``workflow_args`` break what its workflow declares (each bad key is named, with
+    the bad value and what is allowed)."""
+
+
+def read_workflow_args(cls: type, workflow_args: Optional[Mapping[str, Any]], who: str) -> Any:
+    """``workflow_args`` checked against ``cls.Args`` (a ``ComponentArgs`` model), as a model.
+
+    The launcher checks a config's ``workflow_args`` against the same model before a run starts;
+    this check covers tasks built by hand and per-row workflows, so a typo or a bad value fails
+    when the workflow is built, naming the key, not as a silent default. ``None`` when ``cls``
+    declares no ``Args`` (its arguments are free-form).
+
+    Raises:
+        WorkflowArgsError: one line per bad key (unknown key with the closest valid one, wrong
+            type, value out of range).
+    """
+    from trinity.common.config import check_component_args
+
+    model = getattr(cls, "Args", None)
+    if model is None:
+        return None
+    issues, _ = check_component_args(
+        cls, workflow_args, ("workflow_args",), label=who, derive=False
+    )
+    if issues:
+        raise WorkflowArgsError(f"{who}: " + "; ".join(str(issue) for issue in issues))
+    return model.model_validate(dict(workflow_args or {}))
 
 
 def generation_kwargs(

@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
-from trinity.common.config import GenerationConfig
+from trinity.common.config import ComponentArgs, Field, GenerationConfig
 from trinity.common.experience import Experience
 from trinity.common.models.calls import call_model
 from trinity.common.workflows import WORKFLOWS, Task, Workflow
@@ -27,6 +27,7 @@ from trinity.workflows.common import (
     MissingTaskFieldError,
     ResettableWorkflowMixin,
     generation_kwargs,
+    read_workflow_args,
     require_keys,
 )
 from trinity.workflows.rewards.base import (
@@ -39,12 +40,15 @@ from trinity.workflows.rewards.base import (
 )
 
 __all__ = [
+    "SingleTurnArgs",
     "SimpleWorkflow",
     "AsyncSimpleWorkflow",
     "MathWorkflow",
     "AsyncMathWorkflow",
     "MathBoxedWorkflow",
+    "AsyncMathBoxedWorkflow",
     "MathRMWorkflow",
+    "AsyncMathRMWorkflow",
     "CountdownWorkflow",
     "ArithmeticWorkflow",
 ]
@@ -62,6 +66,18 @@ BOXED_THINK_SYSTEM_PROMPT = (
     "process in your mind, inside <think> </think>, then give the final answer as a closed "
     "form within \\boxed{}."
 )
+
+
+class SingleTurnArgs(ComponentArgs):
+    """``workflow_args`` that :class:`SimpleWorkflow` reads: the base of the ``Args`` model of a
+    single-turn workflow that declares one (its keys are then checked, unknown ones refused)."""
+
+    reward_timeout: Annotated[float, Field(gt=0)] = Field(
+        DEFAULT_REWARD_TIMEOUT, description="Seconds one reward call may take before it scores 0."
+    )
+    system_prompt: Optional[str] = Field(
+        None, description="System prompt when format.system_prompt is unset."
+    )
 
 
 @WORKFLOWS.register_module("simple_workflow")
@@ -114,6 +130,10 @@ class SimpleWorkflow(ResettableWorkflowMixin, Workflow):
         self.format_args = task.format_args
         self.raw_task: dict = dict(task.raw_task or {})
         self.workflow_args: dict = dict(task.workflow_args or {})
+        declared = read_workflow_args(type(self), self.workflow_args, self.workflow_name)
+        if declared is not None:  # only set for a workflow that declares ``Args``
+            #: ``workflow_args`` as the workflow's ``Args`` model (checked: bad keys raise)
+            self.args: Any = declared
         self.reward_fn_args: dict = dict(task.reward_fn_args or {})
         self.rollout_args = task.rollout_args
         self.is_eval = task.is_eval
@@ -126,12 +146,16 @@ class SimpleWorkflow(ResettableWorkflowMixin, Workflow):
         self.reward_timeout = float(
             self.workflow_args.get("reward_timeout", DEFAULT_REWARD_TIMEOUT)
         )
-        spec = task.reward_fn if task.reward_fn is not None else self.default_reward_fn
         self.reward_fn = build_reward_fn(
-            spec,
+            self.reward_spec(task),
             self.reward_fn_args,
             self.auxiliary_model_wrappers or self.auxiliary_models,
         )
+
+    def reward_spec(self, task: Task) -> RewardSpec:
+        """The reward function to build: the task's, else :attr:`default_reward_fn` (a workflow
+        whose score is fixed, such as an evaluation, returns its own whatever the task says)."""
+        return task.reward_fn if task.reward_fn is not None else self.default_reward_fn
 
     def check_task(self, task: Task) -> None:
         """Refuse a row without the fields this workflow reads (named in the error)."""
@@ -294,6 +318,12 @@ class MathBoxedWorkflow(SimpleWorkflow):
         }
 
 
+@WORKFLOWS.register_module("async_math_boxed_workflow")
+class AsyncMathBoxedWorkflow(MathBoxedWorkflow):
+    """Trinity-RFT's ``async_math_boxed_workflow``: :class:`MathBoxedWorkflow` (async here
+    already); the name and class exist so configs and subclasses written for it run."""
+
+
 MATH_RM_RUBRIC = (
     "You grade a solution to a math problem. Judge whether the final answer is correct and "
     "the reasoning sound; a correct final answer with sloppy reasoning still earns most of the "
@@ -316,11 +346,16 @@ class MathRMWorkflow(SimpleWorkflow):
     def reset(self, task: Task) -> None:
         if not (self.auxiliary_model_wrappers or self.auxiliary_models):
             raise ValueError(
-                "math_rm_workflow needs a reward model: configure one under "
+                f"{self.workflow_name} needs a reward model: configure one under "
                 "explorer.auxiliary_models (it is passed to the workflow as an OpenAI client)"
             )
         task.reward_fn_args = {"rubric": MATH_RM_RUBRIC, **dict(task.reward_fn_args or {})}
         super().reset(task)
+
+
+@WORKFLOWS.register_module("async_math_rm_workflow")
+class AsyncMathRMWorkflow(MathRMWorkflow):
+    """Trinity-RFT's ``async_math_rm_workflow``: :class:`MathRMWorkflow` (async here already)."""
 
 
 COUNTDOWN_PROMPT = (
