@@ -38,13 +38,6 @@ _TOKENIZE = (
 
 #: ``module:name`` -> why it does not resolve here
 DOCUMENTED_MISSING: dict[str, str] = {
-    "trinity.algorithm.advantage_fn.gigpo_advantage:GiGPOAdvantageFn": (
-        "GiGPO is not implemented yet"
-    ),
-    "trinity.algorithm.advantage_fn.grpo_advantage:GRPOAdvantageFn": (
-        "Trinity-RFT's verl-batch GRPO advantage; GRPO here is the grouped 'grpo' advantage "
-        "(ADVANTAGE_FN.get('grpo'), trinity.algorithm.advantage_fn.grpo)"
-    ),
     "trinity.buffer.task_scheduler:TasksetScheduler": (
         "the scheduler here is trinity.buffer.taskset.TasksetScheduler (built from task-set "
         "readers, not from an explorer state and a Config)"

@@ -34,6 +34,15 @@ NAMES = {
     "remax": True,
     "asymre": False,
     "step_wise_grpo": False,
+    "grpo_verl": True,
+    "opmd_verl": True,
+    "asymre_verl": True,
+    "rec": False,
+    "gigpo": False,
+    "clipb": True,
+    "clipv": True,
+    "on_policy_distill": True,
+    "jsd": True,
 }
 GROUP_CLASSES = [
     GRPOGroupedAdvantage,

@@ -39,6 +39,12 @@ EXPECTED_KEYS = {
     "sft": ["action_mask"],
     "mix": ["old_logprob", "action_mask", "advantages", "expert_mask"],
     "importance_sampling": ["old_logprob", "action_mask", "advantages"],
+    "sft_is": ["action_mask"],
+    "sft_phi": ["action_mask"],
+    "sppo": ["old_logprob", "action_mask", "advantages"],
+    "rec": ["old_logprob", "action_mask", "advantages"],
+    "m2po": ["old_logprob", "action_mask", "advantages"],
+    "mix_chord": ["old_logprob", "action_mask", "advantages", "expert_mask", "step"],
 }
 LENGTHS = [6, 3, 1, 5]
 
@@ -55,6 +61,7 @@ def make_batch(lengths=LENGTHS, seed: int = 0, dtype=torch.float64) -> dict[str,
         "advantages": torch.randn(b, 1, generator=g, dtype=dtype).expand(b, t).clone(),
         "action_mask": torch.arange(t)[None, :] < torch.tensor(lengths)[:, None],
         "expert_mask": torch.arange(b) % 2 == 1,
+        "step": torch.full((b,), 3, dtype=torch.int32),
     }
 
 
@@ -150,7 +157,7 @@ def test_empty_action_mask_gives_zero_loss_no_nan(name, mode):
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
-@pytest.mark.parametrize("name", sorted(set(EXPECTED_KEYS) - {"dpo", "mix"}))
+@pytest.mark.parametrize("name", sorted(set(EXPECTED_KEYS) - {"dpo", "mix", "mix_chord"}))
 def test_fully_masked_rows_and_padding_values_do_not_count(name, mode):
     """A fully masked row (any values) and the padding of shorter rows leave the loss as is."""
     batch = make_batch()

@@ -15,6 +15,7 @@ __all__ = [
     "batch_token_level_rewards",
     "masked_stats",
     "require_batch_field",
+    "require_token_field",
     "set_batch_advantages",
 ]
 
@@ -43,6 +44,38 @@ def require_batch_field(
     if value is None:
         raise ValueError(missing)
     check_finite(value, batch.eids, what=what)
+    return value
+
+
+def require_token_field(
+    batch: Experiences,
+    names: tuple[str, ...],
+    override: Optional[Tensor],
+    *,
+    what: str,
+    missing: str,
+) -> Tensor:
+    """A per-token ``[B, R]`` input of a trainer-side advantage: ``override``, else the first of
+    ``names`` the batch has (attribute or custom field, :func:`batch_field`).
+
+    Raises ``ValueError(missing)`` when there is none, when its shape is not the action mask's,
+    or when a *trained* token holds NaN / inf (the error names the row's eid; padding and
+    environment tokens are not checked, since nothing reads them).
+    """
+    value = override
+    for name in names:
+        if value is not None:
+            break
+        value = batch_field(batch, name)
+    if value is None:
+        raise ValueError(missing)
+    if tuple(value.shape) != tuple(batch.action_mask.shape):
+        raise ValueError(
+            f"{what} has shape {tuple(value.shape)}, expected the action mask's "
+            f"{tuple(batch.action_mask.shape)} [B, R]; {missing}"
+        )
+    trained = torch.where(batch.action_mask.to(torch.bool), value, torch.zeros_like(value))
+    check_finite(trained, batch.eids, what=what)
     return value
 
 

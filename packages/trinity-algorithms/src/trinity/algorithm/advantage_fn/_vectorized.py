@@ -170,6 +170,8 @@ class BatchedGroupAdvantage(GroupAdvantage):
     group_id_type: str = "task"
     zero_singletons: bool = False
     algorithm_name: str = "group"
+    #: prefix of the per-group metrics (``<prefix>/<key>/mean|max|min``)
+    metrics_prefix: str = GROUP_METRICS_PREFIX
 
     def group_experiences(self, exps: list[Experience]) -> dict[str, list[Experience]]:
         return group_by(exps, id_type=self.group_id_type)  # type: ignore[arg-type]
@@ -193,7 +195,7 @@ class BatchedGroupAdvantage(GroupAdvantage):
         if not exps:
             return [], {}
         out, per_group, per_step = self.score_experiences(exps)
-        reported = self.report_metrics(per_group)
+        reported = self.report_metrics(per_group, self.metrics_prefix)
         reported.update(per_step)
         return out, reported
 
@@ -212,10 +214,12 @@ class BatchedGroupAdvantage(GroupAdvantage):
         return out, {key: float(value.reshape(-1)[0]) for key, value in per_group.items()}
 
     @staticmethod
-    def report_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-        """Floats as they are; ``[G]`` tensors as ``group_advantages/<key>/mean|max|min``
-        over the groups, from float32 values (what :func:`gather_group_metrics` gives for the
-        per-group path)."""
+    def report_metrics(
+        metrics: dict[str, Any], prefix: str = GROUP_METRICS_PREFIX
+    ) -> dict[str, float]:
+        """Floats as they are; ``[G]`` tensors as ``<prefix>/<key>/mean|max|min`` (prefix
+        ``group_advantages``) over the groups, from float32 values (what
+        :func:`gather_group_metrics` gives for the per-group path)."""
         out: dict[str, float] = {}
         for key, value in metrics.items():
             if not isinstance(value, Tensor):
@@ -224,9 +228,9 @@ class BatchedGroupAdvantage(GroupAdvantage):
             if value.numel() == 0:
                 continue
             v = value.detach().to(torch.float32).to(torch.float64)
-            out[f"{GROUP_METRICS_PREFIX}/{key}/mean"] = float(v.mean())
-            out[f"{GROUP_METRICS_PREFIX}/{key}/max"] = float(v.max())
-            out[f"{GROUP_METRICS_PREFIX}/{key}/min"] = float(v.min())
+            out[f"{prefix}/{key}/mean"] = float(v.mean())
+            out[f"{prefix}/{key}/max"] = float(v.max())
+            out[f"{prefix}/{key}/min"] = float(v.min())
         return out
 
 
@@ -316,7 +320,7 @@ class VectorizedGroupAdvantage(BatchedGroupAdvantage):
             tokens = broadcast_to_tokens(adv.to(ADV_DTYPE), batch.action_mask)
         batch.advantages = tokens
         batch.returns = tokens.clone()
-        return batch, self.report_metrics(metrics)
+        return batch, self.report_metrics(metrics, self.metrics_prefix)
 
     @staticmethod
     def group_metric_means(stats: GroupStats, singleton_unit: bool = False) -> dict[str, Tensor]:

@@ -92,6 +92,11 @@ class GroupAdvantage(AdvantageFn):
     ) -> tuple[list[Experience], dict]:
         """Set ``advantages`` / ``returns`` on the experiences of one group; return metrics."""
 
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict]:
+        """Trinity-RFT's entry point (its group advantages are experience operators): the
+        same as calling the function."""
+        return self(exps)
+
     def __call__(self, exps: list[Experience], **kwargs: Any) -> tuple[list[Experience], dict]:
         out: list[Experience] = []
         per_group: list[Mapping[str, float]] = []

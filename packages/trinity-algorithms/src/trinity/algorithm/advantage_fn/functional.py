@@ -1,14 +1,16 @@
 """Advantage math as pure, vectorized tensor functions.
 
 Every function here takes tensors and returns tensors: no :class:`Experience`, no Python loop per
-group or per token. Group-relative estimators (GRPO, RLOO, OPMD, AsymRE, REINFORCE++ with
-baseline) work on one scalar score per sequence, ``scores [B]``, plus an integer group id per
+group or per token. Group-relative estimators (GRPO, RLOO, OPMD, AsymRE, REC, GiGPO, REINFORCE++
+with baseline) work on one scalar score per sequence, ``scores [B]``, plus an integer group id per
 sequence, ``group_index [B]`` (``0 .. G-1``, from :func:`as_group_index`); per-group statistics
 come from ``bincount`` / ``index_add`` / ``scatter_reduce``, so a whole explore step (thousands of
 groups) costs a fixed handful of kernels. Token-level estimators (GAE, REINFORCE++, ReMax) work on
 ``[B, R]`` tensors (``R`` = longest response, right-padded) and scan the response axis once from
 the end on a time-major copy, each step a few element-wise kernels over contiguous ``[B]`` rows
 (same operations in the same order as verl's loops, so bit-identical before whitening).
+Estimators that read per-token log-probabilities or entropies (on-policy distillation, JSD,
+the Clip_B / Clip_V token filters) are in :mod:`.functional_logprob`.
 
 Conventions shared with verl (``verl.trainer.ppo.core_algos``, the numerical reference; the
 parity tests check each function against it within 1e-6):
@@ -59,6 +61,10 @@ __all__ = [
     "rloo_advantages",
     "opmd_advantages",
     "asymre_advantages",
+    "RecResult",
+    "rec_advantages",
+    "GiGPOResult",
+    "gigpo_advantages",
     "reinforce_plus_plus_advantages_returns",
     "reinforce_plus_plus_baseline_advantages",
     "remax_advantages_returns",
@@ -325,6 +331,159 @@ def asymre_advantages(
     else:
         adv = torch.where(single, scores.to(_STAT_DTYPE), adv)
     return adv.to(scores.dtype)
+
+
+class RecResult(NamedTuple):
+    """What :func:`rec_advantages` returns.
+
+    ``advantages`` ``[B]`` (in the scores' dtype) and ``dropped`` ``[B]`` bool; per group
+    ``[G]`` (float64): the baseline ``mean`` and scale ``std`` the kept members were scored
+    with, and ``drop_frac``, the share of the group's members dropped.
+    """
+
+    advantages: Tensor
+    dropped: Tensor
+    mean: Tensor
+    std: Tensor
+    drop_frac: Tensor
+
+
+def rec_advantages(
+    scores: Tensor,
+    group_index: Tensor,
+    epsilon: float = 1e-6,
+    std_normalize: bool = False,
+    drop_balance: bool = False,
+    zero_singletons: bool = False,
+    noise: Optional[Tensor] = None,
+    num_groups: Optional[int] = None,
+) -> RecResult:
+    """REC (Trinity-RFT's ``rec`` advantage): reward minus the mean of the group's kept members.
+
+    A member is *positive* when its score is at or above its group's mean (every member of a
+    constant group is). With ``drop_balance`` (Trinity-RFT's ``drop="balance"``) a group with
+    more negatives than positives drops ``n_neg - n_pos`` of its negatives, chosen uniformly
+    at random, so the kept members are balanced and the update does not push mostly down.
+    Dropped members get advantage 0 and leave the statistics. The kept members' advantage is
+    ``r - mean_kept``, divided by ``std_kept + epsilon`` with ``std_normalize``, where
+    ``std_kept`` is the *population* std (Trinity-RFT's ``std(unbiased=False)``); a constant
+    kept set gets exactly 0.
+
+    A one-member group is never dropped and is scored with baseline 0 and scale 1, as GRPO
+    does (Trinity-RFT fails on it): advantage ``r`` (``r / (1 + epsilon)`` with
+    ``std_normalize``), or 0 with ``zero_singletons``.
+
+    Args:
+        scores: ``[B]`` outcome rewards.
+        group_index: ``[B]`` long group ids (:func:`as_group_index`).
+        noise: ``[B]`` keys in ``[0, 1)`` choosing which negatives are dropped (the smallest
+            keys of a group's negatives go); default ``torch.rand`` (the global generator),
+            drawn only when a group drops something.
+        num_groups: ``G`` (default: ``max(group_index) + 1``).
+    """
+    g = group_index.to(device=scores.device, dtype=torch.long)
+    st = group_stats(scores, g, num_groups)
+    n_groups = st.count.shape[0]
+    x = scores.to(_STAT_DTYPE)
+    positive = (x >= st.mean[g]) | st.constant[g]
+    n_pos = torch.zeros_like(st.count).index_add_(0, g, positive.long())
+    extra = (st.count - 2 * n_pos).clamp_min(0)  # n_neg - n_pos, where positive
+    if not drop_balance:
+        extra = torch.zeros_like(extra)
+    extra = torch.where(st.count == 1, torch.zeros_like(extra), extra)
+    dropped = torch.zeros_like(positive)
+    if bool(extra.any()):
+        keys = noise if noise is not None else torch.rand(x.shape[0], device=x.device)
+        keys = torch.where(positive, torch.full_like(x, 2.0), keys.to(x))  # negatives first
+        by_key = torch.argsort(keys, stable=True)
+        order = by_key[torch.argsort(g[by_key], stable=True)]
+        starts = torch.cumsum(st.count, 0) - st.count
+        rank = torch.empty_like(g)
+        rank[order] = torch.arange(g.shape[0], device=g.device) - starts[g[order]]
+        dropped = ~positive & (rank < extra[g])
+    kept = ~dropped
+    ks = group_stats(x[kept], g[kept], n_groups)
+    few = ks.count <= 1
+    mean = torch.where(few, torch.zeros_like(ks.mean), ks.mean)
+    n = ks.count.to(_STAT_DTYPE)
+    pop_std = ks.std * torch.sqrt((n - 1).clamp_min(0) / n.clamp_min(1))
+    std = torch.where(few, torch.ones_like(pop_std), pop_std)
+    flat = ks.constant[g] & ~few[g]
+    adv = torch.where(flat, torch.zeros_like(x), x - mean[g])
+    if std_normalize:
+        adv = torch.where(adv == 0, adv, adv / (std[g] + epsilon))
+    zero = dropped | ((st.count[g] == 1) & zero_singletons)
+    adv = torch.where(zero, torch.zeros_like(adv), adv)
+    drop_frac = extra.to(_STAT_DTYPE) / st.count.clamp_min(1)
+    return RecResult(adv.to(scores.dtype), dropped, mean, std, drop_frac)
+
+
+class GiGPOResult(NamedTuple):
+    """What :func:`gigpo_advantages` returns, per step ``[B]`` (float64): the combined
+    ``advantages``, their ``episode`` part ``A_E`` (the step's run's) and ``step`` part
+    ``A_S``; and per run ``[n_runs]``, the episode ``returns``."""
+
+    advantages: Tensor
+    episode: Tensor
+    step: Tensor
+    returns: Tensor
+
+
+def gigpo_advantages(
+    step_rewards: Tensor,
+    run_index: Tensor,
+    position: Tensor,
+    run_group: Tensor,
+    anchor_index: Tensor,
+    omega: float = 1.0,
+    gamma: float = 1.0,
+    norm_by_std: bool = False,
+    epsilon: float = 1e-6,
+    zero_singletons: bool = False,
+) -> GiGPOResult:
+    """GiGPO (Group-in-Group Policy Optimization, arXiv:2505.10978): ``A = A_E + omega * A_S``.
+
+    Multi-step episodes give one reward per run at best; GiGPO adds a finer, critic-free signal
+    by comparing steps taken from the *same environment state* (an anchor) across runs.
+
+    * ``A_E`` (episode level): each run's return ``sum_t r_t`` against the other runs of its
+      group (``run_group``, the task): ``(R - mean) / (F + epsilon)`` with ``F`` the group's
+      unbiased std (``norm_by_std``) or 1 (the paper's default for agents). A group of one run
+      has mean 0 and ``F = 1`` (GRPO's convention), or gets 0 with ``zero_singletons``.
+    * ``A_S`` (step level): each step's discounted return ``R_t = sum_{k>=t} gamma^(k-t) r_k``
+      against the other steps of its anchor group, the same way; a step with no anchor
+      (``anchor_index < 0``) or alone in its anchor group gets 0. Anchor groups span runs and
+      tasks, as the anchor is the environment state.
+
+    Args:
+        step_rewards: ``[B]`` immediate reward ``r_t`` of each step.
+        run_index: ``[B]`` long run id ``0 .. n_runs-1`` of each step.
+        position: ``[B]`` long index ``t`` of the step within its run (``0 ..`` its length
+            ``- 1``, each once).
+        run_group: ``[n_runs]`` long group (task) id of each run.
+        anchor_index: ``[B]`` long anchor-state id, ``-1`` where the step has none.
+    """
+    b = step_rewards.shape[0]
+    rewards = step_rewards.to(_STAT_DTYPE)
+    n_runs = int(run_group.shape[0])
+    width = int(position.max()) + 1 if b else 0
+    table = torch.zeros((n_runs, width), dtype=_STAT_DTYPE, device=rewards.device)
+    table[run_index, position] = rewards
+    returns = reverse_linear_scan(table, torch.full_like(table, gamma))[run_index, position]
+    episode_returns = table.sum(dim=-1)
+    scale = None if norm_by_std else 1.0
+    a_e = grpo_advantages(
+        episode_returns, run_group, epsilon, batch_std=scale, zero_singletons=zero_singletons
+    )
+    a_s = torch.zeros_like(rewards)
+    anchored = anchor_index >= 0
+    if bool(anchored.any()):
+        anchors, _ = as_group_index(anchor_index[anchored])
+        a_s[anchored] = grpo_advantages(
+            returns[anchored], anchors, epsilon, batch_std=scale, zero_singletons=True
+        )
+    episode = a_e[run_index]
+    return GiGPOResult(episode + omega * a_s, episode, a_s, episode_returns)
 
 
 # --------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ weights), multiplied into the per-token loss before aggregation, as in verl.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -26,15 +27,22 @@ from trinity.algorithm.utils import aggregate_loss, masked_mean, masked_sum
 
 __all__ = [
     "LOG_RATIO_CLAMP",
+    "chord_mu",
     "cispo_loss",
     "dpo_loss",
     "gspo_loss",
     "importance_sampling_loss",
+    "m2po_loss",
+    "m2po_mask",
     "metrics_to_floats",
     "opmd_loss",
     "ppo_clip_loss",
+    "rec_loss",
     "sapo_loss",
+    "sft_is_loss",
     "sft_loss",
+    "sft_phi_loss",
+    "sppo_loss",
     "topr_loss",
 ]
 
@@ -376,6 +384,253 @@ def sft_loss(
     """Negative log-likelihood of the trained tokens. Metrics: ``sft_loss``."""
     loss = aggregate_loss(-logprob, mask, loss_agg_mode=loss_agg_mode)
     return loss, {"sft_loss": loss.detach()}
+
+
+def sft_is_loss(
+    logprob: Tensor, mask: Tensor, loss_agg_mode: str = "token-mean"
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """SFT weighted by the token's own probability (CHORD's ``sft_is``):
+    ``aggregate(-sg(p) * logprob)`` with ``p = exp(logprob)``.
+
+    The gradient of each token is ``p`` times the NLL's, i.e. that of ``-p`` itself: tokens the
+    policy already finds unlikely (where imitating an expert would pull it far from its own
+    distribution) are down-weighted. Metrics: ``sft_is_loss``.
+    """
+    weight = torch.exp(logprob).detach()
+    loss = aggregate_loss(-logprob * weight, mask, loss_agg_mode=loss_agg_mode)
+    return loss, {"sft_is_loss": loss.detach()}
+
+
+def sft_phi_loss(
+    logprob: Tensor, mask: Tensor, loss_agg_mode: str = "token-mean", cutoff_prob: float = 1.0
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """SFT weighted by ``phi(p) = p * (1 - p)`` (CHORD's ``sft_phi``, arXiv:2508.11408):
+    ``aggregate(-sg(phi(p)) * min(logprob, log(cutoff_prob)))`` with ``p = exp(logprob)``.
+
+    ``phi`` vanishes at both ends: tokens the policy already predicts (``p`` near 1) and tokens
+    it finds very unlikely (``p`` near 0) get little weight, so expert data refines the policy
+    without overwriting it. With ``cutoff_prob < 1`` the log-prob is capped, so tokens above
+    that probability get no gradient at all. Metrics: ``sft_phi_loss``.
+    """
+    prob = torch.exp(logprob)
+    if cutoff_prob < 1.0:
+        logprob = torch.clamp(logprob, max=math.log(cutoff_prob))
+    weight = (prob * (1.0 - prob)).detach()
+    loss = aggregate_loss(-logprob * weight, mask, loss_agg_mode=loss_agg_mode)
+    return loss, {"sft_phi_loss": loss.detach()}
+
+
+def chord_mu(step: int, warmup_steps: int, decay_steps: int, peak: float, valley: float) -> float:
+    """CHORD's weight of the SFT part at train step ``step``: a linear warm-up from 0 to
+    ``peak`` over ``warmup_steps``, a cosine decay to ``valley`` over ``decay_steps``, then
+    ``valley`` (so with no warm-up and no decay it is ``valley`` throughout)."""
+    if step < warmup_steps:
+        return step / warmup_steps * peak
+    if step >= warmup_steps + decay_steps:
+        return valley
+    progress = (step - warmup_steps) / decay_steps
+    return valley + (peak - valley) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def sppo_loss(
+    logprob: Tensor,
+    old_logprob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    epsilon: float = 0.3,
+    loss_agg_mode: str = "token-mean",
+    rollout_is_weights: Optional[Tensor] = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """sPPO (token level, arXiv:2108.05828): ``-A * log(pi / pi_old)`` on tokens whose ratio is
+    in ``[1 / (1 + epsilon), 1 + epsilon]``, 0 elsewhere.
+
+    The log-ratio surrogate has the policy gradient's gradient on-policy, and dropping tokens
+    outside a range symmetric in log space bounds the update multiplicatively in both
+    directions (PPO's ``[1 - eps, 1 + eps]`` is not). Metrics: ``pg_clipfrac`` (share of
+    trained tokens outside the range), ``pg_loss``.
+    """
+    log_ratio = logprob - old_logprob
+    ratio = torch.exp(_log_ratio(logprob, old_logprob)).detach()
+    in_range = (ratio >= 1.0 / (1.0 + epsilon)) & (ratio <= 1.0 + epsilon)
+    losses = torch.where(in_range, -advantages * log_ratio, torch.zeros_like(log_ratio))
+    loss = aggregate_loss(_weighted(losses, rollout_is_weights), mask, loss_agg_mode=loss_agg_mode)
+    return loss, {
+        "pg_clipfrac": masked_mean((~in_range).to(logprob.dtype), mask).detach(),
+        "pg_loss": loss.detach(),
+    }
+
+
+def _rec_in_range(
+    ratio: Tensor,
+    seq_ratio: Tensor,
+    advantages: Tensor,
+    clip_mode: str,
+    bounds: tuple[float, float, float, float],
+) -> Tensor:
+    """REC's token mask ``[B, R]`` (True: the token trains); see :func:`rec_loss`."""
+    low, high, low_prime, high_prime = bounds
+    pos, neg = advantages >= 0, advantages <= 0
+    if clip_mode == "none":
+        return torch.ones_like(ratio, dtype=torch.bool)
+    if clip_mode == "two-side":
+        return (ratio >= 1.0 - low) & (ratio <= 1.0 + high)
+    if clip_mode == "one-side":
+        return (pos & (ratio <= 1.0 + high)) | (neg & (ratio >= 1.0 - low))
+    if clip_mode == "gspo-one-side":
+        return (pos & (seq_ratio <= 1.0 + high)) | (neg & (seq_ratio >= 1.0 - low))
+    if clip_mode == "ring":
+        inside = (ratio >= 1.0 - low) & (ratio <= 1.0 + high)
+        return inside | (pos & (ratio <= 1.0 - low_prime)) | (neg & (ratio >= 1.0 + high_prime))
+    raise ValueError(f"unknown REC clip_mode {clip_mode!r}")
+
+
+def rec_loss(
+    logprob: Tensor,
+    old_logprob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    epsilon_low_prime: float = 0.6,
+    epsilon_high_prime: float = 2.0,
+    clip_mode: str = "none",
+    weight: str = "none",
+    regularizer: str = "none",
+    regularizer_coef: float = 0.0,
+    temp: float = 1.0,
+    loss_agg_mode: str = "token-mean",
+    rollout_is_weights: Optional[Tensor] = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """REC (Trinity-RFT's REINFORCE-with-clipping family): ``-w * A * logprob`` on the tokens a
+    clip mode keeps, plus an optional regulariser.
+
+    ``ratio = sg(pi / pi_old)`` per token; ``seq_ratio = sg(exp(mean_t log(pi / pi_old)))`` per
+    row (GSPO's length-normalised ratio). The token trains when (``A >= 0`` is "positive",
+    ``A <= 0`` "negative"; ``low``/``high`` are ``epsilon_low``/``epsilon_high``):
+
+    * ``none``: always;
+    * ``two-side``: ``1 - low <= ratio <= 1 + high``;
+    * ``one-side``: positive and ``ratio <= 1 + high``, or negative and ``ratio >= 1 - low``
+      (only the side that would move the ratio further out is cut, as PPO);
+    * ``gspo-one-side``: ``one-side`` on ``seq_ratio``;
+    * ``ring``: inside ``two-side``, or positive with ``ratio <= 1 - epsilon_low_prime``, or
+      negative with ``ratio >= 1 + epsilon_high_prime`` (far-off tokens whose update pulls them
+      back stay in).
+
+    ``weight``: ``none`` (``w = 1``), ``importance_sampling`` (``w = ratio``),
+    ``gspo_importance_sampling`` (``w = seq_ratio``), ``advantage`` (``w = exp(A / temp)``).
+    ``regularizer``: ``forward-kl`` adds ``-regularizer_coef * logprob`` per token, ``k2`` adds
+    ``regularizer_coef * (logprob - old_logprob)^2`` (Kimi's, its 1/2 absorbed in the coef).
+
+    Metrics: ``pg_clipfrac`` (share of trained tokens cut), ``pg_loss``.
+    """
+    log_ratio = _log_ratio(logprob, old_logprob)
+    ratio = torch.exp(log_ratio).detach()
+    seq_log_ratio = masked_mean(log_ratio, mask.to(logprob.dtype), axis=-1).detach()
+    seq_ratio = torch.exp(seq_log_ratio.clamp(max=LOG_RATIO_CLAMP)).unsqueeze(-1)
+    bounds = (epsilon_low, epsilon_high, epsilon_low_prime, epsilon_high_prime)
+    in_range = _rec_in_range(ratio, seq_ratio, advantages, clip_mode, bounds)
+    if weight == "importance_sampling":
+        advantages = advantages * ratio
+    elif weight == "gspo_importance_sampling":
+        advantages = advantages * seq_ratio
+    elif weight == "advantage":
+        advantages = advantages * torch.exp(advantages / temp)
+    elif weight != "none":
+        raise ValueError(f"unknown REC weight {weight!r}")
+    losses = -advantages * logprob * in_range.to(logprob.dtype)
+    if regularizer == "forward-kl":
+        losses = losses - regularizer_coef * logprob
+    elif regularizer == "k2":
+        losses = losses + regularizer_coef * (logprob - old_logprob).square()
+    elif regularizer != "none":
+        raise ValueError(f"unknown REC regularizer {regularizer!r}")
+    losses = torch.where(mask.to(torch.bool), losses, torch.zeros_like(losses))
+    loss = aggregate_loss(_weighted(losses, rollout_is_weights), mask, loss_agg_mode=loss_agg_mode)
+    return loss, {
+        "pg_clipfrac": masked_mean((~in_range).to(logprob.dtype), mask).detach(),
+        "pg_loss": loss.detach(),
+    }
+
+
+def m2po_mask(
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, threshold: float, trust_region_only: bool
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """M2PO's token mask ``[B, R]`` (True: the token trains) and its statistics.
+
+    The constrained tokens ``T`` are the trained ones, or with ``trust_region_only`` those PPO
+    would clip (``A > 0`` and ``log r > 0``, or ``A < 0`` and ``log r < 0``). While the mean
+    of ``(log r)^2`` over ``T`` exceeds ``threshold``, the token of ``T`` with the largest
+    ``(log r)^2`` is removed: in one pass, sort ``T`` by ``(log r)^2`` and keep the longest
+    prefix whose running mean is ``<= threshold`` (the running mean of ascending values only
+    grows, so this is where the removal loop stops). Ties go in index order.
+
+    Metrics: ``m2_before`` / ``m2_after`` (mean second moment over ``T`` before and after),
+    ``masked_fraction`` and ``trust_region_fraction`` (shares of the trained tokens removed and
+    constrained).
+    """
+    m = mask.to(torch.bool)
+    lr = log_ratio.detach().to(torch.float64)
+    constrained = m
+    if trust_region_only:
+        constrained = m & (((advantages > 0) & (lr > 0)) | ((advantages < 0) & (lr < 0)))
+    flat = torch.nonzero(constrained.reshape(-1)).flatten()
+    second = lr.reshape(-1)[flat].square()
+    zero = torch.zeros((), dtype=torch.float64)
+    m2_before = second.mean() if second.numel() else zero
+    keep = torch.ones_like(m).reshape(-1)
+    m2_after = m2_before
+    if second.numel() and float(m2_before) > threshold:
+        values, order = torch.sort(second, stable=True)
+        running = torch.cumsum(values, 0) / torch.arange(1, values.numel() + 1)
+        n_keep = int((running <= threshold).sum())
+        keep[flat[order[n_keep:]]] = False
+        m2_after = running[n_keep - 1] if n_keep else zero
+    keep = keep.reshape(m.shape)
+    trained = m.sum().clamp_min(1).to(torch.float64)
+    return keep, {
+        "m2_before": m2_before,
+        "m2_after": m2_after,
+        "masked_fraction": (m & ~keep).sum() / trained,
+        "trust_region_fraction": constrained.sum() / trained,
+    }
+
+
+def m2po_loss(
+    logprob: Tensor,
+    old_logprob: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    m2_threshold: float = 0.04,
+    trust_region_only: bool = True,
+    loss_agg_mode: str = "token-mean",
+    rollout_is_weights: Optional[Tensor] = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """M2PO (Second-Moment Trust Policy Optimization, arXiv:2510.01161): the unclipped
+    importance-sampled objective ``-A * pi / pi_old`` on the tokens :func:`m2po_mask` keeps.
+
+    Stale (off-policy) data makes some tokens' ratios extreme; PPO's per-token clip then cuts
+    many informative high-entropy tokens. M2PO instead bounds the batch's second moment of the
+    log-ratio, ``M2 = mean((log r)^2) <= m2_threshold`` (it bounds the chi-square divergence
+    between the two policies), removing only the few most extreme tokens until it holds.
+    Removed tokens still count in the aggregation's denominators (the paper averages over all
+    tokens, to behave like PPO's clipping). The constraint is taken over the tokens of the
+    batch this function sees (in the trainer, one micro-batch).
+
+    Metrics: those of :func:`m2po_mask`, ``ppo_kl``, ``ratio/mean``, ``pg_loss``.
+    """
+    log_ratio = _log_ratio(logprob, old_logprob)
+    keep, metrics = m2po_mask(log_ratio, advantages, mask, m2_threshold, trust_region_only)
+    ratio = torch.exp(log_ratio)
+    losses = torch.where(keep, -advantages * ratio, torch.zeros_like(ratio))
+    loss = aggregate_loss(_weighted(losses, rollout_is_weights), mask, loss_agg_mode=loss_agg_mode)
+    out = {k: v.detach() for k, v in metrics.items()}
+    out.update(
+        ppo_kl=masked_mean(-log_ratio, mask).detach(),
+        pg_loss=loss.detach(),
+    )
+    out["ratio/mean"] = masked_mean(ratio, mask).detach()
+    return loss, out
 
 
 def _dpo_pair_loss(z: Tensor, beta: float, label_smoothing: float) -> Tensor:

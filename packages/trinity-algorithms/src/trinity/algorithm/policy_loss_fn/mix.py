@@ -71,6 +71,9 @@ class MIXPolicyLossFn(PolicyLossFn):
             None, description="Trinity-RFT's older switch of the SFT part's aggregation."
         )
 
+    #: the registered name, for messages
+    loss_name = "mix"
+
     def __init__(
         self,
         backend: str = "verl",
@@ -142,12 +145,34 @@ class MIXPolicyLossFn(PolicyLossFn):
 
         Returns the scalar loss and float metrics.
         """
+        return self.mixed_loss(
+            self.mu,
+            logprob,
+            old_logprob,
+            action_mask,
+            advantages,
+            expert_mask,
+            is_expert_mask=kwargs.get("is_expert_mask"),
+        )
+
+    def mixed_loss(
+        self,
+        mu: float,
+        logprob: Tensor,
+        old_logprob: Tensor,
+        action_mask: Tensor,
+        advantages: Tensor,
+        expert_mask: Optional[Tensor],
+        is_expert_mask: Optional[Tensor] = None,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """``(1 - mu) * PPO(usual rows) + mu * SFT part(expert rows)``, each part weighted as
+        the class docstring says; the SFT part is ``self.sft_loss_fn``."""
         expert = expert_row_mask(
             expert_mask,
             logprob.shape[0],
             logprob.device,
-            "The mix policy loss",
-            is_expert_mask=kwargs.get("is_expert_mask"),
+            f"The {self.loss_name} policy loss",
+            is_expert_mask=is_expert_mask,
         )
         usual = ~expert
         n_usual, n_expert = int(usual.sum()), int(expert.sum())
@@ -170,7 +195,7 @@ class MIXPolicyLossFn(PolicyLossFn):
             sft_loss = sft_loss * w
             metrics.update({f"expert/{k}": v * w for k, v in sft_metrics.items()})
 
-        loss = (1.0 - self.mu) * grpo_loss + self.mu * sft_loss
+        loss = (1.0 - mu) * grpo_loss + mu * sft_loss
         metrics["loss"] = float(loss.detach().item())
         return loss, metrics
 

@@ -1,0 +1,193 @@
+"""Distillation advantages from a teacher's log-probs: ``on_policy_distill`` and ``jsd``.
+
+The student samples, a teacher scores the sampled tokens (the workflow stores its log-probs in
+``Experience.teacher_logprobs``, collated into ``Experiences.teacher_logprobs [B, R]``), and the
+per-token advantage says how much more the teacher likes each token than the student does. Any
+policy loss then trains on it (Trinity-RFT pairs them with ``ppo``; ``importance_sampling`` when
+no clipping is wanted). Both run in the trainer on the collated batch.
+
+The student's log-probs are the batch's ``logprobs`` (those of the rollout policy that sampled
+the tokens), or the ``old_logprob`` keyword (e.g. recomputed by the trainer, which is what
+Trinity-RFT's verl trainer hands them).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from trinity.algorithm.advantage_fn._trainer import require_token_field
+from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN, AdvantageFn
+from trinity.algorithm.advantage_fn.functional_logprob import (
+    distill_advantages,
+    jsd_per_token,
+    row_sum_stats,
+)
+from trinity.algorithm.args import ComponentArgs, Field, NonNegFloat, PosFloat, PosInt, Probability
+from trinity.common.experience import Experiences
+
+__all__ = ["JSDAdvantage", "OnPolicyDistillAdvantage"]
+
+_TEACHER_MISSING = (
+    "needs the teacher's log-probs of the sampled tokens [B, R]: set Experience."
+    "teacher_logprobs in the workflow (collated as batch.teacher_logprobs), or pass "
+    "teacher_logprobs=..."
+)
+_STUDENT_MISSING = (
+    "needs the student's log-probs of the sampled tokens [B, R]: experiences with logprobs "
+    "(batch.logprobs), or pass old_logprob=..."
+)
+
+
+def _logprob_pair(
+    name: str, batch: Experiences, teacher: Optional[Tensor], student: Optional[Tensor]
+) -> tuple[Tensor, Tensor]:
+    """``(student [B, R], teacher [B, R])`` log-probs of ``batch``, checked on trained tokens."""
+    teacher = require_token_field(
+        batch,
+        ("teacher_logprobs", "teacher_logprob"),
+        teacher,
+        what="teacher log-prob",
+        missing=f"the {name!r} advantage {_TEACHER_MISSING}",
+    )
+    student = require_token_field(
+        batch,
+        ("logprobs",),
+        student,
+        what="student log-prob",
+        missing=f"the {name!r} advantage {_STUDENT_MISSING}",
+    )
+    return student, teacher
+
+
+def _set(batch: Experiences, advantages: Tensor) -> None:
+    batch.advantages = advantages
+    batch.returns = advantages.clone()
+
+
+@ADVANTAGE_FN.register_module("on_policy_distill")
+class OnPolicyDistillAdvantage(AdvantageFn):
+    """``A_t = kl_coef * (log p_teacher - log p_student)`` per trained token.
+
+    See :func:`~trinity.algorithm.advantage_fn.functional_logprob.distill_advantages`.
+
+    Args:
+        kl_coef: scale of the advantages (the weight of the reverse-KL objective).
+
+    ``__call__(batch, teacher_logprobs=None, old_logprob=None)``. Metrics: ``kl/mean`` /
+    ``kl/std`` (over rows, of each row's summed ``log p_student - log p_teacher``) and
+    ``advantages/mean`` (mean over rows of each row's summed advantage).
+    """
+
+    class Args(ComponentArgs):
+        """``advantage_fn_args`` of ``on_policy_distill``."""
+
+        kl_coef: NonNegFloat = Field(1.0, description="Scale of teacher - student log-probs.")
+
+    def __init__(self, kl_coef: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not kl_coef >= 0:
+            raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+        self.kl_coef = float(kl_coef)
+
+    def __call__(  # type: ignore[override]
+        self,
+        exps: Experiences,
+        teacher_logprobs: Optional[Tensor] = None,
+        old_logprob: Optional[Tensor] = None,
+        **kwargs: Any,
+    ) -> tuple[Experiences, dict]:
+        student, teacher = _logprob_pair("on_policy_distill", exps, teacher_logprobs, old_logprob)
+        mask = exps.action_mask
+        with torch.no_grad():
+            advantages = distill_advantages(student, teacher, mask, self.kl_coef)
+            kl_mean, kl_std = row_sum_stats(student - teacher, mask)
+            adv_mean, _ = row_sum_stats(advantages, mask)
+        _set(exps, advantages)
+        return exps, {"kl/mean": kl_mean, "kl/std": kl_std, "advantages/mean": adv_mean}
+
+    @classmethod
+    def default_args(cls) -> dict:
+        return {"kl_coef": 1.0}
+
+
+@ADVANTAGE_FN.register_module("jsd")
+class JSDAdvantage(AdvantageFn):
+    """``A_t = -kl_coef * JSD_beta(student, teacher)`` per trained token (log space).
+
+    See :func:`~trinity.algorithm.advantage_fn.functional_logprob.jsd_per_token`: ``beta =
+    lambda_coef`` weighs the teacher in the mixture; 0 and 1 are the two pure KLs.
+
+    Args:
+        lambda_coef: the mixture weight ``beta`` in ``[0, 1]`` (0.5: symmetric JSD).
+        kl_coef: scale of the advantages.
+        temperature: both log-probs are divided by it first (1: unchanged).
+        chunk_size: compute the JSD this many rows at a time (bounds the temporaries of the
+            mixture's log-sum-exp, as in Trinity-RFT); ``None``: the whole batch at once. The
+            result does not depend on it.
+
+    ``__call__(batch, teacher_logprobs=None, old_logprob=None)``. Metrics: ``jsd/mean`` /
+    ``jsd/std`` (over rows, of each row's summed JSD) and ``advantages/mean``.
+    """
+
+    class Args(ComponentArgs):
+        """``advantage_fn_args`` of ``jsd``."""
+
+        lambda_coef: Probability = Field(0.5, description="Mixture weight of the teacher.")
+        kl_coef: NonNegFloat = Field(1.0, description="Scale of the advantages.")
+        temperature: PosFloat = Field(1.0, description="Divides both log-probs.")
+        chunk_size: Optional[PosInt] = Field(
+            None, description="Rows per JSD computation (memory bound); null: all at once."
+        )
+
+    def __init__(
+        self,
+        lambda_coef: float = 0.5,
+        kl_coef: float = 1.0,
+        temperature: float = 1.0,
+        chunk_size: Optional[int] = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not 0.0 <= lambda_coef <= 1.0:
+            raise ValueError(f"lambda_coef must be in [0, 1], got {lambda_coef}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if not kl_coef >= 0:
+            raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+        if chunk_size is not None and chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
+        self.lambda_coef = float(lambda_coef)
+        self.kl_coef = float(kl_coef)
+        self.temperature = float(temperature)
+        self.chunk_size = chunk_size
+
+    def __call__(  # type: ignore[override]
+        self,
+        exps: Experiences,
+        teacher_logprobs: Optional[Tensor] = None,
+        old_logprob: Optional[Tensor] = None,
+        **kwargs: Any,
+    ) -> tuple[Experiences, dict]:
+        student, teacher = _logprob_pair("jsd", exps, teacher_logprobs, old_logprob)
+        mask = exps.action_mask.to(torch.bool)
+        with torch.no_grad():
+            rows = self.chunk_size or max(student.shape[0], 1)
+            jsd = torch.cat(
+                [
+                    jsd_per_token(s / self.temperature, t / self.temperature, self.lambda_coef)
+                    for s, t in zip(student.split(rows), teacher.split(rows), strict=True)
+                ]
+            )
+            jsd = torch.where(mask, jsd, torch.zeros_like(jsd))
+            advantages = -self.kl_coef * jsd
+            jsd_mean, jsd_std = row_sum_stats(jsd, mask)
+            adv_mean, _ = row_sum_stats(advantages, mask)
+        _set(exps, advantages)
+        return exps, {"jsd/mean": jsd_mean, "jsd/std": jsd_std, "advantages/mean": adv_mean}
+
+    @classmethod
+    def default_args(cls) -> dict:
+        return {"lambda_coef": 0.5, "kl_coef": 1.0, "temperature": 1.0, "chunk_size": None}
