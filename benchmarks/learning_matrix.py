@@ -226,6 +226,16 @@ VARIANTS: dict[str, Variant] = {
         note="the quickstart with `sync_style: fully_async`: the explorer runs up to 2 batches "
         "ahead of the trainer and new weights reach the engine under requests in flight",
     ),
+    "grpo-lora": Variant(
+        "grpo",
+        {
+            "model": {"lora_configs": [{"lora_rank": 16, "lora_alpha": 32}]},
+            "algorithm": {"optimizer": {"lr": 4e-3}},
+        },
+        note="the quickstart training a LoRA adapter (`model.lora_configs`: rank 16, alpha 32) "
+        "on frozen base weights, lr 4e-3 (the full model's 1.5e-3 is too low for an adapter); "
+        "the engines get the merged weights at each sync",
+    ),
     "multi-step-grpo-fully-async": Variant(
         "multi_step_grpo",
         {"synchronizer": {"sync_style": "fully_async"}},
