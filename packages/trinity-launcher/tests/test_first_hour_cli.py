@@ -189,10 +189,16 @@ def test_the_run_executes_the_overridden_config_and_logs_the_overrides(
     from trinity.launcher import cli
 
     ran = []
-    monkeypatch.setattr(cli, "_execute", ran.append)
+    monkeypatch.setattr(
+        cli, "_execute", lambda config, preemption: ran.append((config, preemption))
+    )
     code = cli.launch_main([str(config_file), "buffer.total_steps=3", "algorithm.repeat_times=4"])
     assert code == 0, capfd.readouterr()
-    [config] = ran
+    [(config, preemption)] = ran
+    import signal
+
+    # the run is handed the default preemption handling (SIGTERM / SIGUSR1, 120 s grace)
+    assert preemption.signals == (signal.SIGTERM, signal.SIGUSR1) and preemption.grace_s == 120
     assert config.buffer.total_steps == 3 and config.algorithm.repeat_times == 4
     log = Path(config.checkpoint_job_dir) / "log" / "run.log"
     assert "Config overrides: buffer.total_steps=3 algorithm.repeat_times=4" in log.read_text()
