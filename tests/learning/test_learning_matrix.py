@@ -101,14 +101,3 @@ def test_fully_async_learns_the_multi_turn_task(matrix):
     """The same on the multi-turn arithmetic task (``multi_step_grpo``: two questions per
     episode, one experience per turn): within 0.15 of the synchronous run."""
     check_fully_async(run_variant_beside_its_type(matrix, "multi-step-grpo-fully-async"))
-
-
-def test_lora_learns_the_quickstart(matrix):
-    """LoRA (issue 42): the quickstart with ``model.lora_configs`` (rank 16, alpha 32, lr 4e-3)
-    trains only an adapter, and still clears the CI bar in the same 45 steps (at full length
-    it reaches 0.9: docs/learning.md)."""
-    out, model, address = matrix
-    run = lm.run_type("grpo-lora", out, model, ci=True, ray_address=address)
-    lm.write_results(lm.load_results(out) + [run], out)
-    assert not run.error, run.error
-    assert run.passed, f"grpo-lora stopped learning: {run.first:.2f} -> {run.last:.2f}"
