@@ -82,7 +82,10 @@ def test_trinity_config_shares_the_settings_with_trl(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_both_configs_both_sides(tmp_path):
+def test_smoke_quickstart_config_every_side(tmp_path):
+    """The quickstart config with every side (Trinity, TRL, the floor) and the train-step check.
+    The realistic config runs the same code with a bigger (24M) model; CI runs the quickstart
+    only (``--configs quickstart``) to keep the suite inside its time limit."""
     if not trl_compare.TRL_PYTHON.exists():
         pytest.fail(
             f"TRL's environment is missing: run ./scripts/bench_env.sh ({trl_compare.TRL_PYTHON})"
@@ -90,7 +93,15 @@ def test_smoke_both_configs_both_sides(tmp_path):
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
     done = subprocess.run(
-        [sys.executable, "benchmarks/trl_compare.py", "--smoke", "--out", str(tmp_path)],
+        [
+            sys.executable,
+            "benchmarks/trl_compare.py",
+            "--smoke",
+            "--configs",
+            "quickstart",
+            "--out",
+            str(tmp_path),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -100,7 +111,8 @@ def test_smoke_both_configs_both_sides(tmp_path):
     tail = (done.stdout + done.stderr)[-4000:]
     assert done.returncode == 0, f"trl_compare --smoke exited {done.returncode}:\n{tail}"
     results = json.loads((tmp_path / "results.json").read_text())
-    for name in ("quickstart", "realistic"):
+    assert sorted(results["configs"]) == ["quickstart"]
+    for name in ("quickstart",):
         entry = results["configs"][name]
         for side in ("trinity", "trl"):
             summary = entry["sides"][side]
@@ -113,8 +125,7 @@ def test_smoke_both_configs_both_sides(tmp_path):
         floor = entry["sides"]["floor"]  # the bare vLLM engine, no Trinity code
         assert floor["steps"] == trl_compare.CONFIGS[name]["smoke_steps"], name
         assert floor["startup_s"] > 0 and floor["s_per_step"] > 0 and floor["ray_init_s"] > 0
-    check = results["configs"]["realistic"]["train_step_check"]
-    assert results["configs"]["quickstart"]["train_step_check"]["micro_batches"] >= 1
+    check = results["configs"]["quickstart"]["train_step_check"]
     assert check["ratio_trinity_over_bare"] > 0 and check["micro_batches"] >= 1
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert "train step: trinity" in done.stdout
