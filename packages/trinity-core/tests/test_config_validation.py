@@ -336,6 +336,35 @@ def test_the_checkpoint_directory_must_be_creatable(tmp_path: Path) -> None:
     load_config(runnable(checkpoint_root_dir=str(tmp_path / "new" / "ckpt")), check=True)
 
 
+@pytest.mark.parametrize("check", [False, True])
+def test_a_nul_byte_in_any_value_is_refused_where_it_is(tmp_path: Path, check: bool) -> None:
+    """No path can hold a NUL byte: ``os.path.exists`` would call such a checkpoint root
+    "not there yet" and the run would fail only when it opens it. Refused at schema level,
+    each place named with its value."""
+    data = runnable(
+        checkpoint_root_dir=f"{tmp_path}/ck\x00pt",
+        name="run\x00",
+        buffer={
+            "batch_size": 4,
+            "explorer_input": {
+                "taskset": {"path": HERE, "workflow_args": {"note": "a\x00b", "ok": "fine"}}
+            },
+        },
+    )
+    error = error_of(data, check=check)
+    for path in (
+        "checkpoint_root_dir",
+        "name",
+        "buffer.explorer_input.taskset.workflow_args.note",
+    ):
+        issue = issue_at(error, path)
+        assert "NUL byte" in issue.message and "\\x00" in issue.message
+    assert not [i for i in error.errors if i.path.endswith("workflow_args.ok")]
+    # the taskset is also mirrored into ``tasksets``: reported once
+    assert len([i for i in error.errors if "workflow_args.note" in i.path]) == 1
+    assert not (tmp_path / "ck").exists()
+
+
 @pytest.fixture
 def no_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No permission to download models and an empty Hugging Face cache (returned)."""

@@ -16,7 +16,7 @@ from ._sections import (
     InferenceModelConfig,
     TasksetConfig,
 )
-from ._usable import rule_model_context, rule_paths
+from ._usable import rule_model_context, rule_no_nul, rule_paths
 from ._utils import _Checker, _set_derived
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 def _apply_rules(c: _Checker) -> None:
     cfg = c.config
+    rule_no_nul(c, cfg)
     _rule_global(c, cfg)
     _rule_model(c, cfg)
     _rule_algorithm(c, cfg)

@@ -22,6 +22,9 @@
     the loader would send to the hub (``openai/gsm8k``: one slash at most, no data-file
     suffix, no existing local directory as its first part) is left to it; any other path
     must exist.
+* :func:`rule_no_nul` (schema level): no value holds a NUL byte. No file system, process
+  argument or environment variable can hold one, so such a path would otherwise be probed as
+  "does not exist" (``os.path.exists`` answers ``False``) and fail only when the run opens it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,47 @@ if TYPE_CHECKING:
     from ._core import Config
 
 Loc = tuple[Union[str, int], ...]
+
+
+def rule_no_nul(c: _Checker, cfg: Config) -> None:
+    """Refuse every string of the config (field, list item, mapping key or value) that holds a
+    NUL byte, naming where it is. A section shared by two fields (``taskset`` is mirrored into
+    ``tasksets``) is reported once."""
+    from pydantic import BaseModel
+
+    seen: set[int] = set()
+
+    def walk(value: Any, loc: Loc) -> None:
+        if isinstance(value, str):
+            if "\x00" in value:
+                c.error(
+                    loc,
+                    value,
+                    f"{_short_repr(value)} contains a NUL byte (\\x00), which no path, file "
+                    "system, process argument or environment variable can hold: remove it",
+                )
+        elif isinstance(value, BaseModel):
+            if id(value) in seen:
+                return
+            seen.add(id(value))
+            for name in type(value).model_fields:
+                walk(getattr(value, name, None), loc + (name,))
+            for name, extra in (value.model_extra or {}).items():
+                walk(extra, loc + (name,))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(key, loc + (str(key),))
+                walk(item, loc + (str(key),))
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, loc + (i,))
+
+    walk(cfg, ())
+
+
+def _short_repr(value: str, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
 
 
 def _model_context_limit(model_path: str, rope_scaling: Optional[dict[str, Any]]) -> Optional[int]:
