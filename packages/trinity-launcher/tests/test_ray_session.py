@@ -106,3 +106,88 @@ def test_a_local_start_that_times_out_is_tried_again():
     with pytest.raises(Exception, match="GCS"):
         _init_with_retries(ray, {"num_cpus": 2})
     assert (ray.inits, ray.shutdowns) == (1, 0)
+
+
+# ---------------------------------------------------------------- a Ray head that is not there
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ray_addresses_name_the_port_the_probe_connects_to():
+    from trinity.launcher.run.ray_session import _host_port
+
+    assert _host_port("auto") is None and _host_port("local") is None
+    assert _host_port("127.0.0.1:6399") == ("127.0.0.1", 6399)
+    assert _host_port("head.example") == ("head.example", 6379)
+    assert _host_port("ray://head.example") == ("head.example", 10001)
+    assert _host_port("ray://head.example:2345") == ("head.example", 2345)
+    assert _host_port("[::1]:6380") == ("::1", 6380)
+
+
+def test_a_dead_head_is_refused_at_once_and_a_live_port_passes():
+    """Without the probe, ``ray.init`` to a dead address retried for many minutes, silent."""
+    import socket
+    import time
+
+    import pytest
+
+    from trinity.launcher.errors import LaunchInputError
+    from trinity.launcher.run.ray_session import RayHeadUnreachableError, check_head_reachable
+
+    port = _free_port()
+    start = time.monotonic()
+    with pytest.raises(RayHeadUnreachableError) as info:
+        check_head_reachable(f"127.0.0.1:{port}", "RAY_ADDRESS")
+    assert time.monotonic() - start < 6
+    assert isinstance(info.value, LaunchInputError)  # exit 2, no traceback
+    message = str(info.value)
+    assert f"RAY_ADDRESS is '127.0.0.1:{port}'" in message and "refused" in message.lower()
+    assert f"ray start --head --port={port}" in message
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        check_head_reachable(f"127.0.0.1:{listener.getsockname()[1]}")  # no error
+
+
+def test_a_run_told_to_join_a_dead_head_exits_2_within_seconds(tmp_path):
+    """The issue's case: a job whose Ray head is gone says so and exits, instead of retrying
+    the address for minutes with nothing on the console."""
+    import time
+
+    from stand_in_model import small_config
+
+    config = small_config(
+        tmp_path,
+        repeat_times=2,
+        head="mode: explore",
+        buffer="total_steps: 2",
+        tail="explorer:\n  rollout_model:\n    engine_type: transformers",
+    )
+    port = _free_port()
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    start = time.monotonic()
+    out = subprocess.run(
+        [
+            str(os.path.join(os.path.dirname(sys.executable), "trinity-launch")),
+            str(config),
+            f"cluster.ray_address=127.0.0.1:{port}",
+            "buffer.explorer_input.taskset.format.prompt_key=question",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    took = time.monotonic() - start
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"no Ray head answers at 127.0.0.1:{port}" in out.stderr
+    assert "cluster.ray_address" in out.stderr and "Traceback" not in out.stderr
+    assert took < 60, took  # the CLI's own start-up included; Ray would have retried minutes

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
+from urllib.parse import urlsplit
 
 from trinity.common.config import Config
+from trinity.launcher.errors import LaunchInputError
 from trinity.launcher.logs import worker_runtime_env
 from trinity.utils.log import get_logger
 
-__all__ = ["RAY_TMPDIR_ENV", "ray_init_kwargs", "ray_session"]
+__all__ = [
+    "HEAD_PROBE_TIMEOUT_S",
+    "RAY_TMPDIR_ENV",
+    "RayHeadUnreachableError",
+    "check_head_reachable",
+    "ray_init_kwargs",
+    "ray_session",
+]
 
 logger = get_logger(__name__)
 
@@ -69,6 +79,13 @@ def ray_session(config: Config) -> Iterator[None]:
         yield
         return
     kwargs = ray_init_kwargs(config)
+    if "address" in kwargs:
+        source = (
+            "cluster.ray_address"
+            if (config.cluster.ray_address or "auto").strip() != "auto"
+            else "RAY_ADDRESS"
+        )
+        check_head_reachable(kwargs["address"], source)
     logger.info(
         "Starting Ray (%s)",
         f"joining {kwargs['address']}" if "address" in kwargs else f"{kwargs['num_cpus']} CPUs",
@@ -78,6 +95,68 @@ def ray_session(config: Config) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+#: how long the TCP probe of a Ray head (:func:`check_head_reachable`) waits for an answer
+HEAD_PROBE_TIMEOUT_S = 5.0
+#: Ray's default ports: the GCS of ``host:port`` addresses, the client server of ``ray://``
+_GCS_PORT = 6379
+_CLIENT_PORT = 10001
+
+
+class RayHeadUnreachableError(LaunchInputError):
+    """The Ray cluster a run was told to join does not answer (exit status 2, no traceback)."""
+
+
+def _host_port(address: str) -> Optional[tuple[str, int]]:
+    """``(host, port)`` of a Ray address (``None``: one Ray resolves itself, ``auto`` or
+    ``local``)."""
+    address = address.strip()
+    if address in ("auto", "local", ""):
+        return None
+    if "://" in address:
+        parts = urlsplit(address)
+        default = _CLIENT_PORT if parts.scheme == "ray" else _GCS_PORT
+        return parts.hostname or "127.0.0.1", parts.port or default
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return address.strip("[]"), _GCS_PORT
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def check_head_reachable(
+    address: str, source: str = "cluster.ray_address", timeout: float = HEAD_PROBE_TIMEOUT_S
+) -> None:
+    """Refuse, within ``timeout`` seconds, an address where no Ray head listens.
+
+    ``ray.init(address=...)`` to a head that is gone (or never came up) does not fail: its
+    GCS client retries for many minutes, printing nothing on the run's console, and the run
+    cannot be stopped by SIGTERM meanwhile. A TCP connection to the head's port answers at once
+    (refused) or not at all (timeout), so that case is told apart before Ray is asked.
+
+    Raises:
+        RayHeadUnreachableError: nothing accepts a connection at the address's host and port;
+            the message names the address, where it came from and what to do.
+    """
+    target = _host_port(address)
+    if target is None:
+        return
+    host, port = target
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return
+    except OSError as exc:
+        reason = (
+            f"no answer within {timeout:g} s"
+            if isinstance(exc, socket.timeout)
+            else (exc.strerror or str(exc))
+        )
+    raise RayHeadUnreachableError(
+        f"{source} is {address!r}, but no Ray head answers at {host}:{port} ({reason}): the "
+        "cluster is down or the address is wrong. Start it (`ray start "
+        f"--head --port={port}`), correct the address, or set cluster.ray_address: auto with "
+        "RAY_ADDRESS unset to start a local Ray for this run"
+    )
 
 
 #: how often a local Ray start that timed out is tried again
