@@ -16,7 +16,9 @@ export UV_COMPILE_BYTECODE=${UV_COMPILE_BYTECODE:-1}   # first imports of torch 
 export UV_LINK_MODE=${UV_LINK_MODE:-hardlink}
 
 ensure_uv() {
-  if ! command -v uv >/dev/null 2>&1; then
+  # `uv --version`, not `command -v uv`: a pyenv shim answers `command -v` for a uv that only
+  # another Python version has, then fails when called ("pyenv: uv: command not found")
+  if ! uv --version >/dev/null 2>&1; then
     echo "[env] uv not found: installing it with pip" >&2
     python3 -m pip install --quiet uv
   fi
