@@ -8,6 +8,7 @@ What is recorded, and where (verl's and Trinity-RFT's layout, so their tools rea
     <job dir>/global_step_N/trainer_state.json      train step, sample-strategy (reader) state
     <job dir>/global_step_N/explorer/explorer_state.json   explorer position, metrics, settings
     <job dir>/global_step_N/explorer/experiences.bin       experiences queued, not yet trained
+    <job dir>/global_step_N/checksums.json          size + SHA-256 of each file above
     <job dir>/explorer/explore_state.json           mode explore: the position after each step
 
 * A run that **trains** (``train``, ``both``, ``colocate``) saves step checkpoints every
@@ -15,7 +16,10 @@ What is recorded, and where (verl's and Trinity-RFT's layout, so their tools rea
   checkpoint carries the explorer's side, captured on the event loop between two explorer
   statements (:meth:`RunCheckpointer.capture`), so the explore position and the experiences
   queued but not trained (the :class:`ExperienceLedger`) always agree: a step still in flight
-  is simply run again. The "latest" marker is written last, atomically.
+  is simply run again. The manifest of checksums comes after every other file
+  (:mod:`trinity.launcher.checkpoint_integrity`), the "latest" marker last, atomically. A
+  save that fails (a full disk) removes its partial directory and raises
+  :class:`CheckpointSaveError` naming it and the previous checkpoint, which stays the latest.
 * A run that only **explores** (``explore``) has no trainer step to hang its state on: it
   records its position after every explore step and evaluation, with the end of its output
   buffer, so a resume cuts back rows a killed step wrote and evaluates a step whose
@@ -24,7 +28,11 @@ What is recorded, and where (verl's and Trinity-RFT's layout, so their tools rea
 Resuming (``continue_from_checkpoint``, the default) is decided before anything starts
 (:meth:`RunCheckpointer.find`): a state written under other settings, a damaged one, or one
 the mode cannot continue from is refused with a message that says what to do. The records of
-steps after the state are dropped from ``metrics.jsonl``; they are written again.
+steps after the state are dropped from ``metrics.jsonl``; they are written again. The
+checkpoint it loads is :func:`resume_checkpoint`'s: the latest one if it matches its
+checksums, else (with a warning naming the damaged files) the newest earlier one that does;
+the trainer loads that one and the marker is moved back to it. Retention
+(``trainer.max_checkpoints_to_keep``) never deletes the checkpoint resumed from.
 """
 
 from __future__ import annotations
@@ -33,7 +41,6 @@ import json
 import math
 import numbers
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -42,6 +49,14 @@ from typing import Any, Optional
 
 from trinity.common.config import Config, RunModeSpec, run_mode_spec
 from trinity.common.experience import Experience
+from trinity.launcher.checkpoint_integrity import (
+    MANIFEST_FILE,
+    CheckpointSaveError,
+    manifest_bytes,
+    resume_step,
+    save_failure,
+    step_numbers,
+)
 from trinity.launcher.errors import LaunchInputError
 from trinity.launcher.run.ledger import (  # noqa: F401 - part of what a checkpoint holds
     EXPERIENCE_IDS_KEY,
@@ -58,8 +73,10 @@ __all__ = [
     "EXPLORE_STATE_FILE",
     "FINISHED_FILE",
     "LATEST_FILE",
+    "MANIFEST_FILE",
     "METRICS_FILE",
     "TRAINER_STATE_FILE",
+    "CheckpointSaveError",
     "CheckpointSettings",
     "ExperienceLedger",
     "ResumePoint",
@@ -70,6 +87,7 @@ __all__ = [
     "explore_fingerprint",
     "json_scalars",
     "latest_checkpoint",
+    "resume_checkpoint",
     "run_fingerprint",
     "truncate_metrics",
 ]
@@ -90,7 +108,6 @@ FINISHED_FILE = "finished.json"
 #: the run's metrics records (one JSON object per line; :mod:`trinity.launcher.monitor`)
 METRICS_FILE = "metrics.jsonl"
 _STATE_VERSION = 1
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _WAY_OUT = (
     "choose another name, or set continue_from_checkpoint: false to start a new run "
     "(named <name>_<timestamp>; this one is left untouched)"
@@ -103,11 +120,16 @@ def atomic_write(path: str, data: bytes) -> None:
     fsync, rename)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half-written temp file left behind
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def truncate_metrics(path: str, last_step: int) -> int:
@@ -132,13 +154,38 @@ def truncate_metrics(path: str, last_step: int) -> int:
     return dropped
 
 
-def latest_checkpoint(job_dir: str) -> Optional[int]:
-    """The step of the last *complete* checkpoint in ``job_dir`` (``None``: there is none)."""
+def _marked_step(job_dir: str) -> Optional[int]:
     try:
-        step = int(Path(job_dir, LATEST_FILE).read_text().strip())
+        return int(Path(job_dir, LATEST_FILE).read_text().strip())
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
-    return step if os.path.isdir(os.path.join(job_dir, f"global_step_{step}")) else None
+
+
+def latest_checkpoint(job_dir: str) -> Optional[int]:
+    """The step of the last *complete* checkpoint in ``job_dir`` as its "latest" marker says
+    (``None``: there is none). Cheap, and not checked against the checksums: what a resume
+    loads is :func:`resume_checkpoint`'s."""
+    step = _marked_step(job_dir)
+    if step is None or not os.path.isdir(os.path.join(job_dir, f"global_step_{step}")):
+        return None
+    return step
+
+
+def resume_checkpoint(job_dir: str) -> Optional[int]:
+    """The step checkpoint a resume loads (``None``: there is none): the latest one if its
+    files match its checksums (or it has none: an older release), else the newest earlier one
+    that does, with a warning naming each damaged file. The one function every resume reads
+    (:meth:`RunCheckpointer.find`, :meth:`RunCheckpointer.restore_trainer`), so the trainer
+    loads the step the check passed, and mode both the explorer side of that same step.
+    Reads every byte of the checkpoint (see :mod:`trinity.launcher.checkpoint_integrity`).
+
+    Raises:
+        LaunchInputError: the latest checkpoint is damaged and no earlier one is intact.
+    """
+    marked = _marked_step(job_dir)
+    if marked is None:
+        return None
+    return resume_step(job_dir, marked, LATEST_FILE, _WAY_OUT)
 
 
 def json_scalars(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -304,6 +351,8 @@ class RunCheckpointer:
         self.resumed: Optional[ResumePoint] = None
         #: the train step of the last step checkpoint this run has (written or resumed from)
         self.saved_step = 0
+        #: the step checkpoint this run resumed from: retention never deletes it
+        self.resumed_step: Optional[int] = None
 
     # ------------------------------------------------------------------ paths
     def step_dir(self, step: int) -> str:
@@ -330,7 +379,7 @@ class RunCheckpointer:
         if not s.resume or not self.job_dir or not s.mode.resumable:
             return None
         if s.mode.trains:
-            step = latest_checkpoint(self.job_dir)
+            step = resume_checkpoint(self.job_dir)
             if step is None:
                 return None
             point = ResumePoint(train_step=step)
@@ -427,14 +476,16 @@ class RunCheckpointer:
         if explorer is not None and point.explorer is not None:
             explorer.load_state_dict(point.explorer)
         if point.train_step is not None:
-            self.saved_step = int(point.train_step)
+            self.saved_step = self.resumed_step = int(point.train_step)
         return truncate_metrics(self.metrics_path, point.last_step)
 
     def restore_trainer(self, trainer: Any, step: Optional[int] = None) -> Optional[int]:
-        """Load ``trainer`` from step checkpoint ``step`` (default: the latest complete one);
-        returns its step (``None``: there is none)."""
+        """Load ``trainer`` from step checkpoint ``step`` (default: :func:`resume_checkpoint`'s,
+        the latest intact one); returns its step (``None``: there is none). When that is not
+        the one the "latest" marker names (a damaged one was skipped), the marker is moved
+        back to it: the run goes on from there, and verl's tools load the same step."""
         if step is None:
-            step = latest_checkpoint(self.job_dir) if self.job_dir else None
+            step = resume_checkpoint(self.job_dir) if self.job_dir else None
         if step is None:
             return None
         directory = self.step_dir(step)
@@ -442,6 +493,9 @@ class RunCheckpointer:
         state = json.loads(Path(directory, TRAINER_STATE_FILE).read_text())
         trainer.load_state_dict(state)
         self.saved_step = int(state["global_step"])
+        self.resumed_step = step
+        if _marked_step(self.job_dir) != step:
+            atomic_write(os.path.join(self.job_dir, LATEST_FILE), str(step).encode())
         logger.info("Resumed from %s (step %d)", directory, self.saved_step)
         return self.saved_step
 
@@ -520,21 +574,44 @@ class RunCheckpointer:
 
     def save(self, trainer: Any, explorer_side: Optional[dict[str, Any]] = None) -> str:
         """A complete step checkpoint of ``trainer`` (and the explorer's side captured for the
-        same step): the trainer's files, the explorer's, then the "latest" marker, atomically
-        (a kill while writing leaves the previous checkpoint as the latest). Returns its
-        directory. Blocking: run it off the event loop."""
+        same step): the trainer's files, the explorer's, the manifest of checksums, then the
+        "latest" marker, atomically (a kill while writing leaves the previous checkpoint as
+        the latest). Returns its directory. Blocking: run it off the event loop.
+
+        A directory of the same step already there is a save that never completed (or the
+        damaged checkpoint a resume skipped): it is replaced, not mixed in. When writing
+        fails, the partial directory is removed (it would waste a full disk and is no
+        checkpoint) and nothing is pruned.
+
+        Raises:
+            CheckpointSaveError: a file could not be written (``OSError``: a full disk...);
+                the message names the step directory, the OS error and the checkpoint that
+                stays the latest. Other errors are raised as they are, after the cleanup.
+        """
         step = int(trainer.global_step)
         directory = self.step_dir(step)
-        trainer.save_checkpoint_files(directory)
-        Path(directory, TRAINER_STATE_FILE).write_text(
-            json.dumps(_jsonable(trainer.state_dict()), indent=2)
-        )
-        if explorer_side is not None:
-            self._write_explorer_side(directory, explorer_side)
-        atomic_write(os.path.join(self.job_dir, LATEST_FILE), str(step).encode())
+        try:
+            if os.path.lexists(directory):
+                shutil.rmtree(directory)
+            trainer.save_checkpoint_files(directory)
+            Path(directory, TRAINER_STATE_FILE).write_text(
+                json.dumps(_jsonable(trainer.state_dict()), indent=2)
+            )
+            if explorer_side is not None:
+                self._write_explorer_side(directory, explorer_side)
+            atomic_write(os.path.join(directory, MANIFEST_FILE), manifest_bytes(directory))
+            atomic_write(os.path.join(self.job_dir, LATEST_FILE), str(step).encode())
+        except Exception as exc:
+            raise self._save_failed(directory, exc) from exc
         self.saved_step = step
         self._prune()
         return directory
+
+    def _save_failed(self, directory: str, exc: Exception) -> Exception:
+        """Remove the partial ``directory`` of a failed save; the error to raise."""
+        shutil.rmtree(directory, ignore_errors=True)
+        marker = os.path.join(self.job_dir, LATEST_FILE)
+        return save_failure(directory, exc, latest_checkpoint(self.job_dir), marker)
 
     @staticmethod
     def _write_explorer_side(step_dir: str, side: dict[str, Any]) -> None:
@@ -549,16 +626,20 @@ class RunCheckpointer:
         )
 
     def _prune(self) -> None:
+        """``trainer.max_checkpoints_to_keep``: keep the ``keep`` newest checkpoints up to the
+        latest (the one the marker names: just saved, or resumed from), and always that one
+        and the one this run resumed from. Directories after the latest are no checkpoints
+        (a save cut short, the damaged one a resume skipped): they count for nothing and go."""
         keep = self.settings.keep
-        if keep <= 0:
+        steps = step_numbers(self.job_dir)
+        if keep <= 0 or not steps:
             return
-        steps = sorted(
-            int(m.group(1))
-            for p in os.listdir(self.job_dir)
-            if (m := _STEP_DIR.match(p)) and os.path.isdir(os.path.join(self.job_dir, p))
-        )
-        for step in steps[:-keep]:
-            shutil.rmtree(self.step_dir(step), ignore_errors=True)
+        latest = _marked_step(self.job_dir)
+        latest = steps[-1] if latest is None else latest
+        kept = set([s for s in steps if s <= latest][-keep:]) | {latest, self.resumed_step}
+        for step in steps:
+            if step not in kept:
+                shutil.rmtree(self.step_dir(step), ignore_errors=True)
 
     # ------------------------------------------------------------------ the end
     def _last_step(self) -> Optional[int]:
