@@ -286,12 +286,12 @@ def test_a_lora_checkpoint_resumes_adapter_optimizer_and_schedule(lora_run, mode
     merged = engine.state_dict()
     for name, tensor in loaded.state_dict().items():
         torch.testing.assert_close(tensor, merged[name], atol=0, rtol=0)
-    # `trinity convert` of the checkpoint (adapter shards only): the engine rebuilds base +
-    # adapter and writes the merged model
+    # `trinity convert --merged` of the checkpoint (adapter shards only): the engine rebuilds
+    # base + adapter and writes the merged model
     from trinity.launcher.convert import convert_checkpoint
 
     converted = AutoModelForCausalLM.from_pretrained(
-        convert_checkpoint(actor, tmp_path / "converted"), dtype=torch.float32
+        convert_checkpoint(actor, tmp_path / "converted", merged=True), dtype=torch.float32
     )
     for name, tensor in converted.state_dict().items():
         torch.testing.assert_close(tensor, merged[name], atol=1e-6, rtol=0)

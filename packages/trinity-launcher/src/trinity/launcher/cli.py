@@ -545,10 +545,20 @@ def _main_parser() -> argparse.ArgumentParser:
         "checkpoint", help="an actor/, global_step_N/ or run directory (latest step)"
     )
     convert.add_argument(
-        "--out", default=None, help="output directory (default: the checkpoint's huggingface/)"
+        "--out",
+        default=None,
+        help="output directory (default: the checkpoint's huggingface/; a LoRA adapter: "
+        "its lora_adapter/)",
     )
     convert.add_argument(
         "--model-path", default=None, help="the base model, if not where the run found it"
+    )
+    convert.add_argument(
+        "--merged",
+        action="store_true",
+        help="LoRA checkpoint: write the merged model (base + adapter) instead of the PEFT "
+        "adapter (adapter_config.json, adapter_model.safetensors); no effect on a full "
+        "fine-tuning checkpoint",
     )
     return parser
 
@@ -564,17 +574,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             convert_checkpoint,
             find_actor_dir,
             has_hf_weights,
+            is_lora_checkpoint,
         )
 
         try:
-            reused = args.out is None and has_hf_weights(
-                find_actor_dir(args.checkpoint) / "huggingface"
+            adapter = is_lora_checkpoint(args.checkpoint) and not args.merged
+            reused = (
+                not adapter
+                and args.out is None
+                and has_hf_weights(find_actor_dir(args.checkpoint) / "huggingface")
             )
-            out = convert_checkpoint(args.checkpoint, args.out, args.model_path)
+            out = convert_checkpoint(args.checkpoint, args.out, args.model_path, args.merged)
         except (ConvertError, ImportError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        if reused:
+        if adapter:
+            print(f"Wrote {out} (the LoRA adapter, PEFT format; --merged: the merged model)")
+        elif reused:
             print(f"{out} already holds the trainer's Hugging Face weights (nothing written)")
         else:
             print(f"Wrote {out}")

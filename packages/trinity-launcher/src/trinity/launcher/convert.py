@@ -22,6 +22,16 @@ The trainer's ``huggingface/`` weights are never rewritten unless ``--out`` name
 directory. A checkpoint whose shards this reader does not understand (a 2-D device mesh, a
 partial placement) falls back to loading it in the trainer engine, one CPU process per rank,
 with the engine's output kept out of the console (shown only if it fails).
+
+A LoRA run's checkpoint (``lora_rank`` > 0 in ``trinity_engine.json``) holds the adapter
+alone. By default it is exported in PEFT's format (``adapter_config.json``,
+``adapter_model.safetensors``, tokenizer) to ``--out`` or ``<actor>/lora_adapter/``, read
+offline from the shards the same way (:mod:`trinity.launcher.convert_lora`): a small file
+that ``PeftModel.from_pretrained`` puts on the base model. ``--merged`` writes the merged
+model (base + ``alpha / r * B @ A``) instead, as above: the trainer's ``huggingface/``
+weights where ``save_hf_checkpoint`` wrote them, else the trainer engine rebuilds base and
+adapter (the base model must be there). For a full fine-tuning checkpoint ``--merged`` changes
+nothing: it is the full model already.
 """
 
 from __future__ import annotations
@@ -163,6 +173,23 @@ def _load_shard(path: Path) -> dict[str, Any]:
 def merge_shards(shards: list[Path]) -> dict[str, Any]:
     """The full state dict of a checkpoint's model shards (rank order), on the CPU.
 
+    See :func:`unshard`. A LoRA checkpoint's shards (the adapter alone, peft's names) are no
+    model: :func:`~trinity.launcher.convert_lora.export_adapter` reads them.
+
+    Raises:
+        _UnsupportedShards: a layout this merge does not read (see :func:`unshard`), or the
+            shards of a LoRA adapter.
+    """
+    states = [_load_shard(p) for p in shards]
+    if any("lora_" in key for key in states[0]):  # a LoRA run keeps the adapter only (and peft's
+        # names): the trainer engine rebuilds base + adapter and writes the merged weights
+        raise _UnsupportedShards("a LoRA checkpoint (adapter shards only)")
+    return unshard(states)
+
+
+def unshard(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """The full tensors of the ranks' loaded shard state dicts (rank order), on the CPU.
+
     A ``DTensor`` entry is the concatenation of the ranks' local slices along its ``Shard``
     dimension (a ``Replicate`` one is rank 0's); a plain tensor is replicated (rank 0's).
     Every result has the shape the ``DTensor`` records for the whole tensor.
@@ -174,11 +201,7 @@ def merge_shards(shards: list[Path]) -> dict[str, Any]:
     import torch
     from torch.distributed.tensor import DTensor
 
-    states = [_load_shard(p) for p in shards]
     keys = list(states[0])
-    if any("lora_" in key for key in keys):  # a LoRA run keeps the adapter only (and peft's
-        # names): the trainer engine rebuilds base + adapter and writes the merged weights
-        raise _UnsupportedShards("a LoRA checkpoint (adapter shards only)")
     for rank, state in enumerate(states[1:], start=1):
         if set(state) != set(keys):
             raise _UnsupportedShards(f"rank {rank}'s shard holds other keys than rank 0's")
@@ -267,26 +290,33 @@ _convert_in_process(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
 """
 
 
-def _convert_in_process(actor: str, target: str, settings: dict) -> None:
-    """Build the engine (joins ``env://`` when ``WORLD_SIZE`` > 1), load, write HF weights."""
-    import torch
-
+def _build_engine(settings: dict) -> Any:
+    """The trainer engine of the recorded ``settings`` (joins ``env://`` when ``WORLD_SIZE``
+    > 1)."""
     from trinity.launcher.trainer import VerlEngineSettings, VerlTrainEngine
 
     if isinstance(settings.get("betas"), list):
         settings["betas"] = tuple(settings["betas"])
     known = VerlEngineSettings.__dataclass_fields__
-    engine = VerlTrainEngine(
-        VerlEngineSettings(**{k: v for k, v in settings.items() if k in known})
-    )
+    return VerlTrainEngine(VerlEngineSettings(**{k: v for k, v in settings.items() if k in known}))
+
+
+def _convert_in_process(actor: str, target: str, settings: dict) -> None:
+    """Build the engine, load, write HF weights (merged ones for a LoRA checkpoint)."""
+    import torch
+
+    engine = _build_engine(settings)
     engine.load_checkpoint(actor)
     dtype = getattr(torch, str(engine.hf_config.to_dict().get("dtype") or "float32"), None)
     engine.save_hf(target, dtype=dtype if isinstance(dtype, torch.dtype) else None)
 
 
-def _convert_with_engine(actor: Path, target: Path, settings: dict, world_size: int) -> None:
-    """The trainer engine loads the shards and writes the weights: one CPU process per rank
-    (gloo), their output kept for the error message."""
+def _convert_with_engine(
+    actor: Path, target: Path, settings: dict, world_size: int, script: str = _RANK_SCRIPT
+) -> None:
+    """The trainer engine loads the shards and writes the weights (``script``, called with
+    actor, target and settings): one CPU process per rank (gloo), their output kept for the
+    error message."""
     from trinity.launcher.trainer.ranks import run_ranks
 
     settings = dict(settings)
@@ -295,8 +325,11 @@ def _convert_with_engine(actor: Path, target: Path, settings: dict, world_size: 
     settings["param_offload"] = settings["optimizer_offload"] = False
     if settings.get("tokenizer_path") and not Path(settings["tokenizer_path"]).exists():
         settings["tokenizer_path"] = None
+    if settings.get("lora_adapter_path") and not Path(settings["lora_adapter_path"]).exists():
+        # the adapter a run continued only seeds the engine: the checkpoint's replaces it
+        settings["lora_adapter_path"] = None
     results = run_ranks(
-        _RANK_SCRIPT,
+        script,
         [str(actor), str(target), json.dumps(settings)],
         world_size,
         env={"CUDA_VISIBLE_DEVICES": ""},
@@ -307,25 +340,42 @@ def _convert_with_engine(actor: Path, target: Path, settings: dict, world_size: 
 
 
 # ---------------------------------------------------------------------- the command
+def is_lora_checkpoint(checkpoint: Union[str, os.PathLike]) -> bool:
+    """Whether the checkpoint is a LoRA run's (``lora_rank`` > 0 in ``trinity_engine.json``):
+    its shards hold the adapter only, and ``convert`` exports that adapter by default."""
+    actor = find_actor_dir(checkpoint)
+    return int(_engine_settings(actor, None).get("lora_rank") or 0) > 0
+
+
 def convert_checkpoint(
     checkpoint: Union[str, os.PathLike],
     out: Optional[Union[str, os.PathLike]] = None,
     model_path: Optional[str] = None,
+    merged: bool = False,
 ) -> Path:
-    """A Hugging Face model directory of a trainer checkpoint; return its path.
+    """A Hugging Face directory of a trainer checkpoint; return its path.
 
-    Where the trainer already wrote the weights (``actor/huggingface/*.safetensors``) that
-    directory is the answer: returned as it is without ``out``, copied to ``out`` otherwise.
-    Otherwise the shards are merged on the CPU (see :func:`merge_shards`) and written in the
-    model's dtype, exactly the values the trainer held, to ``out`` or the checkpoint's
-    ``huggingface/``. ``out`` naming the checkpoint's ``huggingface/`` rewrites it from the
-    shards even when it holds weights.
+    A LoRA checkpoint gives its adapter in PEFT's format (to ``out`` or ``<actor>/
+    lora_adapter``; see :func:`~trinity.launcher.convert_lora.export_adapter`) unless
+    ``merged``: then, like any other checkpoint, the full model.
+
+    The full model: where the trainer already wrote the weights
+    (``actor/huggingface/*.safetensors``) that directory is the answer: returned as it is
+    without ``out``, copied to ``out`` otherwise. Otherwise the shards are merged on the CPU
+    (see :func:`merge_shards`) and written in the model's dtype, exactly the values the trainer
+    held, to ``out`` or the checkpoint's ``huggingface/`` (a LoRA checkpoint's through the
+    trainer engine, which merges base and adapter). ``out`` naming the checkpoint's
+    ``huggingface/`` rewrites it from the shards even when it holds weights.
 
     Args:
         checkpoint: an actor, ``global_step_N`` or run directory (see :func:`find_actor_dir`).
-        out: where to write (default: the checkpoint's ``huggingface/`` directory).
+        out: where to write (default: the checkpoint's ``huggingface/`` directory; for a LoRA
+            adapter ``lora_adapter/``).
         model_path: the base model directory, if not where the run found it (needed only when
-            the checkpoint has no ``huggingface/config.json``).
+            the checkpoint has no ``huggingface/config.json``, or to merge an adapter; the
+            adapter's ``base_model_name_or_path`` then names it).
+        merged: a LoRA checkpoint's merged model (base + adapter) instead of the adapter; a
+            full fine-tuning checkpoint is the full model either way (no effect there).
 
     Raises:
         ConvertError: no checkpoint there, or the base model is missing where it is needed.
@@ -334,6 +384,10 @@ def convert_checkpoint(
     settings = _engine_settings(actor, model_path)
     world_size, shards = _shard_files(actor)
     _check_model_path(actor, model_path, needed=False)
+    if int(settings.get("lora_rank") or 0) > 0 and not merged:
+        from trinity.launcher.convert_lora import export_adapter
+
+        return export_adapter(actor, shards, settings, out)
     hf = actor / "huggingface"
     target = Path(out) if out is not None else hf
     rewrite = out is not None and _same_dir(target, hf)
