@@ -39,6 +39,14 @@ FLAGS: dict[str, tuple[str, bool, bool, bool, bool, str]] = {
     "mix": ("MIXAlgorithm", False, True, False, True, "experience"),
     "raft": ("RAFTAlgorithm", False, False, False, True, "experience"),
     "multi_step_grpo": ("MultiStepGRPOAlgorithm", False, True, False, True, "experience"),
+    "cpt": ("CPTAlgorithm", False, False, False, True, "cpt"),
+    "mix_chord": ("MIXCHORDAlgorithm", False, True, False, True, "experience"),
+    "sppo": ("sPPOAlgorithm", False, False, False, True, "experience"),
+    "rec": ("RECAlgorithm", False, True, False, True, "experience"),
+    "gigpo": ("GiGPOAlgorithm", False, True, False, True, "experience"),
+    "on_policy_distill": ("OnPolicyDistillAlgorithm", False, False, True, True, "experience"),
+    "jsd": ("JSDAlgorithm", False, False, True, True, "experience"),
+    "grpo_verl": ("GRPOverlAlgorithm", False, True, True, True, "experience"),
 }
 
 #: The columns of CONFIGS: what ``default_config()`` names (``None``: the key is absent, so the
@@ -69,6 +77,15 @@ CONFIGS: dict[str, tuple[Any, ...]] = {
     "mix": (8, "grpo", "mix", "mix", None, None, "mix"),
     "raft": (None, None, "default", "sft", None, "none", "none"),
     "multi_step_grpo": (8, "step_wise_grpo", "default", "ppo", "none", "k2", "default"),
+    "cpt": (None, None, "default", "sft", None, "none", "none"),
+    "mix_chord": (8, "grpo", "mix", "mix_chord", None, None, "mix"),
+    "sppo": (2, "opmd", "default", "sppo", "none", "none", "none"),
+    "rec": (2, "rec", "default", "rec", "none", "k2", "default"),
+    "gigpo": (8, "gigpo", "default", "ppo", "none", "k2", "default"),
+    "on_policy_distill": (8, "on_policy_distill", "default", "ppo", "none", "none", "none"),
+    "jsd": (8, "jsd", "default", "ppo", "none", "none", "none"),
+    # Trinity-RFT names "grpo" (the pipeline's grouped GRPO); ours the trainer-side variant
+    "grpo_verl": (2, "grpo_verl", "default", "ppo", "none", "k2", "default"),
 }
 #: Keys beyond the columns (DAPO's clip-higher PPO arguments and token-mean aggregation).
 EXTRA: dict[str, dict[str, Any]] = {
@@ -77,7 +94,15 @@ EXTRA: dict[str, dict[str, Any]] = {
             clip_range_low=0.2, clip_range_high=0.28, loss_agg_mode="token-mean"
         ),
         "loss_agg_mode": "token-mean",
-    }
+    },
+    "gigpo": {
+        "advantage_fn_args": dict(omega=1.0, gamma=1.0, fnorm="none", epsilon=1e-6),
+        "policy_loss_fn_args": dict(
+            clip_range_low=0.2, clip_range_high=0.2, loss_agg_mode="token-mean"
+        ),
+    },
+    "on_policy_distill": {"advantage_fn_args": {"kl_coef": 1.0}},
+    "jsd": {"advantage_fn_args": {"kl_coef": 1.0, "lambda_coef": 0.5}},
 }
 
 

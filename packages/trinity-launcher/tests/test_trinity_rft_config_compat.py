@@ -53,9 +53,9 @@ def test_a_trinity_rft_algorithm_not_shipped_is_not_supported_yet(
     tmp_path: Path, model_path: str
 ) -> None:
     data = _config(tmp_path, model_path, default_workflow_type="math_workflow")
-    data["algorithm"] = {"algorithm_type": "rec"}
+    data["algorithm"] = {"algorithm_type": "cpt"}  # registered, refused by its check_config
     issue = next(i for i in _issues(data) if i.path == "algorithm.algorithm_type")
-    assert "'rec' is a Trinity-RFT 0.6 algorithm type that is not supported yet" in issue.message
+    assert "'cpt' is a Trinity-RFT 0.6 algorithm type that is not supported yet" in issue.message
 
 
 def test_the_tool_call_workflow_by_its_earlier_name(tmp_path: Path, model_path: str) -> None:

@@ -24,10 +24,19 @@ subclasses: each states only the flags that differ from :class:`AlgorithmType`'s
 registry and the recipes live in :mod:`trinity.algorithm.algorithm_base`; the names this module
 always had (``ALGORITHM_TYPE``, ``AlgorithmType`` ...) are re-exported here.
 
+The 24 built-in types are Trinity-RFT 0.6's: ``sft``, ``cpt``, ``ppo``, ``grpo``, ``dapo``,
+``reinforceplusplus``, ``rloo``, ``opmd``, ``asymre``, ``dpo``, ``topr``, ``cispo``, ``gspo``,
+``sapo``, ``mix``, ``mix_chord``, ``raft``, ``sppo``, ``rec``, ``multi_step_grpo``, ``gigpo``,
+``on_policy_distill``, ``jsd`` and ``grpo_verl``. ``cpt`` is registered so that its configs get a
+clear refusal: it needs a raw-text data formatter this release does not have (see
+:class:`CPTAlgorithm`).
+
 Defaults follow Trinity-RFT's ``trinity/algorithm/algorithm.py`` so configs written for it
-resolve to the same recipe. One deliberate difference: ``dapo`` also carries the DAPO paper's
+resolve to the same recipe. Deliberate differences: ``dapo`` also carries the DAPO paper's
 clip-higher PPO arguments (``clip_range_low=0.2``, ``clip_range_high=0.28``) and token-mean
-aggregation, which Trinity-RFT leaves to each YAML.
+aggregation, which Trinity-RFT leaves to each YAML; ``grpo_verl`` names the advantage
+``grpo_verl`` (GRPO computed in the trainer), where Trinity-RFT's recipe names ``grpo`` (see
+:class:`GRPOverlAlgorithm`).
 """
 
 from __future__ import annotations
@@ -56,20 +65,28 @@ __all__ = [
     "AlgorithmType",
     "AsymREAlgorithm",
     "CISPOAlgorithm",
+    "CPTAlgorithm",
     "DAPOAlgorithm",
     "DPOAlgorithm",
     "GRPOAlgorithm",
+    "GRPOverlAlgorithm",
     "GSPOAlgorithm",
+    "GiGPOAlgorithm",
+    "JSDAlgorithm",
     "MIXAlgorithm",
+    "MIXCHORDAlgorithm",
     "MultiStepGRPOAlgorithm",
     "OPMDAlgorithm",
+    "OnPolicyDistillAlgorithm",
     "PPOAlgorithm",
     "RAFTAlgorithm",
+    "RECAlgorithm",
     "RLOOAlgorithm",
     "ReinforcePlusPlusAlgorithm",
     "SAPOAlgorithm",
     "SFTAlgorithm",
     "TOPRAlgorithm",
+    "sPPOAlgorithm",
 ]
 
 logger = get_logger(__name__)
@@ -333,3 +350,196 @@ class MultiStepGRPOAlgorithm(DeclarativeAlgorithmType):
 
     use_reference = True
     config_overrides = {"repeat_times": 8, "advantage_fn": "step_wise_grpo"}
+
+
+# ---------------------------------------------------------------- Trinity-RFT 0.6's other types
+
+
+@ALGORITHM_TYPE.register_module("cpt")
+class CPTAlgorithm(SFTAlgorithm):
+    """Continued pre-training: the SFT loss on every token of raw text (train mode only).
+
+    Registered for Trinity-RFT 0.6 configs, and refused by :meth:`check_config`: its ``cpt``
+    schema reads plain-text rows tokenized *without* a chat template and trains on every token
+    after the first, and this release has no such formatter (``trinity.buffer.formatter`` knows
+    ``sft`` and ``dpo``, which render chat messages and train on the reply only). Training it as
+    ``sft`` would silently fit a different objective, so the config is refused instead.
+    """
+
+    schema = "cpt"
+
+    @classmethod
+    def check_config(cls, config: Config) -> list[str]:
+        raise ValueError(
+            "algorithm.algorithm_type 'cpt' is a Trinity-RFT 0.6 algorithm type that is not "
+            "supported yet in this release: continued pre-training reads raw text rows "
+            "(format.prompt_key, no chat template, loss on every token), and there is no 'cpt' "
+            "data formatter here (only 'sft' and 'dpo', which train on chat replies). For chat "
+            "data use algorithm_type 'sft'"
+        )
+
+
+@ALGORITHM_TYPE.register_module("mix_chord")
+class MIXCHORDAlgorithm(MIXAlgorithm):
+    """CHORD (https://arxiv.org/abs/2508.11408): ``mix`` with a scheduled SFT weight.
+
+    Everything as ``mix`` (the ``mix`` sample strategy puts expert rows from the
+    ``sft_dataset`` auxiliary buffer into every batch; the trainer refuses to start without
+    that buffer), but the ``mix_chord`` loss weighs the expert part by ``mu(step)`` (linear
+    warm-up then cosine decay, from the batch's ``step`` field the strategy adds) and uses the
+    ``sft_phi`` token weighting ``p * (1 - p)`` so the expert data guides without overwriting.
+    """
+
+    config_overrides = {"policy_loss_fn": "mix_chord"}
+
+
+@ALGORITHM_TYPE.register_module("sppo")
+class sPPOAlgorithm(DeclarativeAlgorithmType):
+    """sPPO: OPMD group baselines with the ``sppo`` loss, no reference model, no KL, no entropy.
+
+    Trinity-RFT's name and recipe: the loss is the log-ratio surrogate, trained only on tokens
+    whose ratio stays in ``[1 / (1 + epsilon), 1 + epsilon]``; that trust region keeps the
+    policy near the rollout policy without a KL term against a reference model.
+    """
+
+    config_overrides = {
+        "advantage_fn": "opmd",
+        "policy_loss_fn": "sppo",
+        "kl_loss_fn": "none",
+        "entropy_loss_fn": "none",
+    }
+
+
+@ALGORITHM_TYPE.register_module("rec")
+class RECAlgorithm(DeclarativeAlgorithmType):
+    """REC: group-relative advantages (``rec``) and the REC loss, k2 KL loss.
+
+    The loss's ``clip_mode`` / ``weight`` / ``regularizer`` arguments select the REC variant
+    (plain REINFORCE by default); the advantages run in the experience pipeline, on whole groups.
+    """
+
+    use_reference = True
+    config_overrides = {"advantage_fn": "rec", "policy_loss_fn": "rec"}
+
+
+@ALGORITHM_TYPE.register_module("gigpo")
+class GiGPOAlgorithm(DeclarativeAlgorithmType):
+    """GiGPO (https://arxiv.org/abs/2505.10978): group-in-group advantages for agents.
+
+    For multi-step runs, as ``multi_step_grpo`` (one experience per step, ``eid.step``): each
+    run's return is compared with the task's other runs, and steps taken from the same
+    environment state (``info["env_state_hash"]``) with each other, crediting single actions.
+    A workflow that records no state hashes gets the episode term alone (``multi_step_grpo``'s
+    signal), so the type runs on any workflow. PPO with symmetric 0.2 clipping and token-mean
+    aggregation, as Trinity-RFT's recipe.
+    """
+
+    use_reference = True
+    config_overrides = {
+        "repeat_times": 8,
+        "advantage_fn": "gigpo",
+        "advantage_fn_args": {"omega": 1.0, "gamma": 1.0, "fnorm": "none", "epsilon": 1e-6},
+        "policy_loss_fn_args": {
+            "clip_range_low": 0.2,
+            "clip_range_high": 0.2,
+            "loss_agg_mode": "token-mean",
+        },
+    }
+
+
+def _builtin_workflows_without_teacher(config: Config) -> list[str]:
+    """The train task sets' workflows that cannot supply teacher log-probs: this release's
+    own workflows (``trinity.*`` modules), none of which writes ``Experience.teacher_logprobs``.
+    A workflow from elsewhere (a plugin) may, and unknown names are reported by the name check,
+    so both are left out."""
+    from trinity.common.workflows.workflow import WORKFLOWS
+
+    explorer_input = config.buffer.explorer_input
+    found: list[str] = []
+    for taskset in explorer_input.get_tasksets():
+        name = taskset.default_workflow_type or explorer_input.default_workflow_type
+        if not name:
+            continue
+        try:
+            workflow = WORKFLOWS.get(name)
+        except (KeyError, ValueError):
+            continue
+        if workflow.__module__.split(".")[0] == "trinity" and name not in found:
+            found.append(name)
+    return found
+
+
+class _TeacherDistillation(DeclarativeAlgorithmType):
+    """Shared by ``on_policy_distill`` and ``jsd``: the student samples, a teacher scores each
+    sampled token, and the advantage (computed in the trainer from ``batch.teacher_logprobs``
+    and the rollout's log-probs) says how much more the teacher likes it.
+
+    The teacher's log-probs must come with the experiences: a workflow scores the rollout with
+    a teacher (e.g. ``explorer.auxiliary_models``' ``logprobs``) and sets
+    ``Experience.teacher_logprobs``. No workflow of this release does (Trinity-RFT's
+    ``on_policy_distill_workflow`` is not shipped yet), so :meth:`check_config` refuses a run
+    that explores with one of them rather than failing at its first train step; a plugin
+    workflow, or ``mode: train`` on stored experiences that carry them, is accepted.
+    """
+
+    compute_advantage_in_trainer = True
+    config_overrides = {
+        "repeat_times": 8,
+        "kl_loss_fn": "none",
+        "entropy_loss_fn": "none",
+    }
+
+    @classmethod
+    def check_config(cls, config: Config) -> list[str]:
+        if not run_mode_spec(config.mode).explores:
+            return []
+        builtin = _builtin_workflows_without_teacher(config)
+        if builtin:
+            raise ValueError(
+                f"algorithm.algorithm_type {cls.name()!r} trains on the teacher's log-probs of "
+                f"the sampled tokens (Experience.teacher_logprobs), which the workflow must "
+                f"write; {', '.join(map(repr, builtin))} does not (no workflow of this release "
+                "does: Trinity-RFT's on_policy_distill_workflow is not supported yet). Use a "
+                "workflow that scores each response with a teacher model (e.g. "
+                "explorer.auxiliary_models) and sets teacher_logprobs"
+            )
+        return []
+
+
+@ALGORITHM_TYPE.register_module("on_policy_distill")
+class OnPolicyDistillAlgorithm(_TeacherDistillation):
+    """On-policy distillation: ``A_t = kl_coef * (log p_teacher - log p_student)`` per token,
+    trained with the PPO loss (its clipping keeps the steps stable; ``importance_sampling``
+    when no clipping is wanted), no reference model. See :class:`_TeacherDistillation`."""
+
+    config_overrides = {
+        "advantage_fn": "on_policy_distill",
+        "advantage_fn_args": {"kl_coef": 1.0},
+    }
+
+
+@ALGORITHM_TYPE.register_module("jsd")
+class JSDAlgorithm(_TeacherDistillation):
+    """On-policy distillation by the Jensen-Shannon divergence between student and teacher
+    (``lambda_coef`` weighs the teacher in the mixture; 0.5 is symmetric): bounded, unlike the
+    reverse KL of ``on_policy_distill``. See :class:`_TeacherDistillation`."""
+
+    config_overrides = {
+        "advantage_fn": "jsd",
+        "advantage_fn_args": {"kl_coef": 1.0, "lambda_coef": 0.5},
+    }
+
+
+@ALGORITHM_TYPE.register_module("grpo_verl")
+class GRPOverlAlgorithm(GRPOAlgorithm):
+    """GRPO with the advantages computed in the trainer, on the collated batch.
+
+    The same group-normalised rewards as ``grpo`` (grouped by task within the train batch),
+    for setups where the experience pipeline should not touch the experiences. Trinity-RFT's
+    recipe names the advantage ``grpo``; here that name is the pipeline's grouped GRPO, so the
+    recipe names ``grpo_verl``, Trinity-RFT's own name for the trainer-side GRPO (arguments:
+    ``epsilon``). A group split across two train batches is normalised within each part.
+    """
+
+    compute_advantage_in_trainer = True
+    config_overrides = {"advantage_fn": "grpo_verl"}

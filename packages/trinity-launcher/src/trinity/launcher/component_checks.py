@@ -47,24 +47,14 @@ TRINITY_RFT_WORKFLOWS_NOT_SHIPPED = frozenset(
 )
 
 #: Algorithm types Trinity-RFT 0.6 registers that this release does not ship (names only).
-TRINITY_RFT_ALGORITHMS_NOT_SHIPPED = frozenset(
-    {
-        "cpt",
-        "gigpo",
-        "grpo_verl",
-        "jsd",
-        "mix_chord",
-        "on_policy_distill",
-        "rec",
-        "sppo",
-    }
-)
+#: Empty: all 24 are registered (``cpt`` refuses its configs in its own ``check_config``).
+TRINITY_RFT_ALGORITHMS_NOT_SHIPPED: frozenset[str] = frozenset()
 
 
 def not_shipped_hint(field: str, name: str) -> str:
-    """``"'rec' is a Trinity-RFT 0.6 algorithm type that is not supported yet in this release. "``
-    for a name Trinity-RFT 0.6 registers under ``field`` and this release does not ship; ``""``
-    otherwise (an unknown name keeps its "did you mean" message alone)."""
+    """``"'as_react_workflow' is a Trinity-RFT 0.6 workflow that is not supported yet in this
+    release. "`` for a name Trinity-RFT 0.6 registers under ``field`` and this release does not
+    ship; ``""`` otherwise (an unknown name keeps its "did you mean" message alone)."""
     if field.endswith("default_workflow_type") and name in TRINITY_RFT_WORKFLOWS_NOT_SHIPPED:
         what = "workflow"
     elif field == "algorithm.algorithm_type" and name in TRINITY_RFT_ALGORITHMS_NOT_SHIPPED:
