@@ -613,3 +613,32 @@ def test_a_preemption_signal_stops_an_exploring_run_at_its_last_committed_step(t
     assert resumed.explorer.step == exc.step
     resumed.go()
     assert [s for s in resumed.metric_steps() if s] == list(range(1, 9))
+
+
+# ---------------------------------------------------------------------- bounded state
+def _held(*objects: Any) -> dict[str, int]:
+    """The size of every container the run layer keeps on ``objects`` (their attributes)."""
+    sizes = {}
+    for obj in objects:
+        for name, value in vars(obj).items():
+            if isinstance(value, (dict, list, set, tuple)) or hasattr(value, "__len__"):
+                try:
+                    sizes[f"{type(obj).__name__}.{name}"] = len(value)
+                except TypeError:
+                    continue
+    return sizes
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_the_run_layer_holds_no_per_step_state(tmp_path, style):
+    """A soak (``benchmarks/soak.py``) runs thousands of steps: nothing the coordinator,
+    its records or the ledger keep may grow with the step count (a write-only
+    ``explored_with`` dict of one entry per explore step did)."""
+    sizes = {}
+    for steps in (10, 60):
+        run = build(tmp_path / str(steps), style, steps=steps)
+        run.go()
+        c = run.coordinator
+        sizes[steps] = _held(c, c.records, c.ledger, c.clock)
+        assert len(c.ledger) == 0 and c.records.pending == {}
+    assert sizes[60] == sizes[10], (sizes[10], sizes[60])

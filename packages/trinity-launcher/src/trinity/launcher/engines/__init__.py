@@ -215,6 +215,8 @@ def create_engine_actor(
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
         "max_concurrency": 1000,
+        # no GCS record of every generation call (see WorkflowRunner's options, runner.py)
+        "enable_task_events": False,
         "runtime_env": {
             "env_vars": {
                 **ENGINE_ENV_VARS,

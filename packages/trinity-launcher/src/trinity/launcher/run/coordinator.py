@@ -197,8 +197,6 @@ class Coordinator:
         self.clock = SyncClock.at(trainer.global_step if trainer is not None else 0)
         if explorer is not None:  # a resumed explorer is already past its committed steps
             self.clock.explored_to(explorer.step)
-        #: explore step -> the model version the engines served when it started
-        self.explored_with: dict[int, int] = {}
         #: the last train step's metrics (or, without a trainer, the explorer's last step's)
         self.last: dict[str, Any] = {}
         self._changed = asyncio.Condition()
@@ -289,7 +287,6 @@ class Coordinator:
                 if self.policy.asks_before(explorer.step, synced_at):
                     await self._request_sync(explorer.step)
                     synced_at = explorer.step
-                self.explored_with[step] = self.clock.version
                 if not await explorer.explore_step():
                     break
                 async with self._changed:

@@ -285,6 +285,8 @@ class TrainerWorkerGroup:
         options: dict[str, Any] = (
             {"num_gpus": gpus_per_rank, "num_cpus": 0} if device == "cuda" else {"num_cpus": 0}
         )
+        # no GCS record of every per-step call (see WorkflowRunner's options, runner.py)
+        options["enable_task_events"] = False
         if env_vars:
             options["runtime_env"] = {"env_vars": dict(env_vars)}
         actor_cls = ray.remote(TrainerWorker)
