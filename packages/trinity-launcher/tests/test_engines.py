@@ -224,6 +224,25 @@ def test_vllm_on_cpu_runs_its_engine_core_on_a_thread_of_the_actor(vllm_engine):
     assert not [n for n in names if "vllm" in n.lower() or "forkserver" in n], names
 
 
+@needs_vllm
+def test_a_cpu_engine_starts_with_a_small_onednn_primitive_cache(vllm_engine):
+    """At oneDNN's default primitive cache capacity (1,024) a CPU engine's own memory grew
+    50-120 MB per 1,000 quickstart steps as the cache filled over the weight reloads; with 16,
+    7 MB (``benchmarks/soak.py``). Its engine core starts with a small cache, unless the
+    variable is set already (``setdefault``)."""
+    from trinity.launcher.engines.vllm_engine import CPU_ONEDNN_PRIMITIVE_CACHE, _core_environment
+
+    if torch.cuda.is_available():
+        pytest.skip("the cache bound is for vLLM's CPU backend")
+    assert _core_environment()["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
+    assert CPU_ONEDNN_PRIMITIVE_CACHE == 16
+
+    def capacity(actor):
+        return os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+
+    assert ray.get(vllm_engine.__ray_call__.remote(capacity)) == "16"
+
+
 def _break_the_model(actor) -> bool:
     """Make the next engine step fail inside vLLM (its model executor raises)."""
 

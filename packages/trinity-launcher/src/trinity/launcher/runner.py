@@ -324,8 +324,8 @@ class RunnerPool:
             "num_cpus": self.num_cpus,
             "max_restarts": 0,
             "runtime_env": {"env_vars": dict(self.env_vars)},
-            # Ray's GCS keeps an event record of every actor call (up to 100,000, ~3 KB
-            # each): a run's tasks and engine calls made it grow ~130 MB per 1,000 steps
+            # Ray's GCS keeps an event record of every actor call (up to 100,000 calls): a
+            # run's tasks and engine calls made it grow ~130 MB per 1,000 quickstart steps
             # (benchmarks/soak.py). Nothing reads them (no dashboard), so none are recorded.
             "enable_task_events": False,
         }

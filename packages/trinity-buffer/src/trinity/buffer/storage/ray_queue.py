@@ -274,8 +274,8 @@ def get_ray_queue(storage_config: Any) -> RayQueueClient:
             lifetime="detached",
             max_concurrency=_MAX_CONCURRENCY,
             num_cpus=0,
-            # Ray's GCS would keep an event record of every put and get (up to 100,000, ~3 KB
-            # each: a long run's GCS grew by ~130 MB per 1,000 steps; benchmarks/soak.py)
+            # Ray's GCS would keep an event record of every put and get (up to 100,000 calls;
+            # a run's actor calls grew it ~130 MB per 1,000 steps: benchmarks/soak.py)
             enable_task_events=False,
         )
         .remote(storage_config)

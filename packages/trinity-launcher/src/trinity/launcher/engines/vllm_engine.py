@@ -74,6 +74,10 @@ def _reload_from_file(worker: Any, path: str) -> bool:
     return True
 
 
+#: ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` of a CPU engine unless set (see :func:`_core_environment`)
+CPU_ONEDNN_PRIMITIVE_CACHE = 16
+
+
 def _core_environment() -> dict[str, str]:
     """Environment the engine-core process must start with (set where unset, before it is
     spawned or its forkserver starts: it inherits the variables then)."""
@@ -87,6 +91,13 @@ def _core_environment() -> dict[str, str]:
         # on CPU) the worker runs inside the engine core: ~5 s less start-up and one IPC hop
         # less per step, the same seeded samples (docs/performance.md)
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        # oneDNN's global primitive cache: at its default capacity (1,024 primitives) the
+        # engine's own memory grew 50-120 MB per 1,000 quickstart steps, slowing down as the
+        # cache filled with the primitives of each weight reload's new oneDNN handles, and was
+        # 150-200 MB larger at step 160; with 16 it grew 7 MB per 1,000 steps and steps were
+        # no slower (benchmarks/soak.py, docs/performance.md "Soak"). vLLM's linear layers
+        # keep the primitives they run in a cache of their own handle.
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(CPU_ONEDNN_PRIMITIVE_CACHE)
     return env
 
 
