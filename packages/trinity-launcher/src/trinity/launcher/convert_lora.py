@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from trinity.launcher.convert import (
+from trinity.launcher.convert_shards import (
     ConvertError,
     _check_model_path,
     _config_source,
@@ -79,7 +79,7 @@ def _adapter_in_process(actor: str, target: str, settings: dict) -> None:
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
-    from trinity.launcher.convert import _build_engine
+    from trinity.launcher.convert_shards import _build_engine
 
     engine = _build_engine(settings)
     engine.load_checkpoint(actor)
