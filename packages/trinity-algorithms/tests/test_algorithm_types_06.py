@@ -209,8 +209,33 @@ def test_cpt_is_refused_as_not_supported_yet(mode: str) -> None:
     assert "no 'cpt' data formatter" in message and "'sft'" in message
 
 
+@pytest.fixture
+def math_workflow():
+    """``math_workflow`` as registered: trinity-workflows' own where installed (the full
+    workspace); in this package's own environment, a stand-in from a ``trinity.*`` module, which
+    is what marks a workflow as one of this release's (none writes teacher log-probs)."""
+    from trinity.common.workflows.workflow import WORKFLOWS, Workflow
+
+    if "math_workflow" in WORKFLOWS.list():
+        yield
+        return
+
+    class MathWorkflow(Workflow):
+        def run(self) -> list:
+            return []
+
+    MathWorkflow.__module__ = "trinity.workflows.single_turn"
+    WORKFLOWS.register_module("math_workflow")(MathWorkflow)
+    try:
+        yield
+    finally:
+        WORKFLOWS.unregister("math_workflow")
+
+
 @pytest.mark.parametrize("name", ["on_policy_distill", "jsd"])
-def test_distillation_refuses_builtin_workflows_without_teacher_logprobs(name: str) -> None:
+def test_distillation_refuses_builtin_workflows_without_teacher_logprobs(
+    name: str, math_workflow: None
+) -> None:
     with pytest.raises(ValueError) as info:
         ALGORITHM_TYPE.get(name).check_config(_config(name, "both", "math_workflow"))
     message = str(info.value)
