@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -253,6 +254,29 @@ def test_a_leftover_directory_of_the_same_step_is_replaced_not_mixed_in(tmp_path
     stale.write_bytes(b"from a save that was killed")
     save_steps(tmp_path, 2)
     assert not stale.exists() and verify_checkpoint(str(tmp_path / "global_step_2")) == []
+
+
+def test_this_runs_hf_export_of_the_step_stays_and_an_earlier_runs_goes(tmp_path):
+    # sync_method checkpoint: the synchronizer exports the step's HF weights into
+    # global_step_N/actor/huggingface before that step's checkpoint is saved
+    def export(step: int) -> Path:
+        hf = tmp_path / f"global_step_{step}" / "actor" / "huggingface"
+        hf.mkdir(parents=True)
+        (hf / "model.safetensors").write_bytes(b"weights of step %d" % step)
+        return hf
+
+    stale = export(2)  # left by an earlier run
+    os.utime(stale / "model.safetensors", (time.time() - 3600,) * 2)
+    leftover = tmp_path / "global_step_3" / "actor" / "model_world_size_2_rank_1.pt"
+    saver = checkpointer(tmp_path)
+    fresh = export(3)
+    leftover.write_bytes(b"from a save that was killed")
+    saver.save(FakeTrainer(2))
+    saver.save(FakeTrainer(3))
+    assert not stale.exists()
+    assert (fresh / "model.safetensors").read_bytes() == b"weights of step 3"
+    assert not leftover.exists()
+    assert verify_checkpoint(str(tmp_path / "global_step_3")) == []
 
 
 @pytest.fixture

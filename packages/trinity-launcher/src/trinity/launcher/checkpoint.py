@@ -298,6 +298,10 @@ class RunCheckpointer:
         self.saved_step = 0
         #: the step checkpoint this run resumed from: retention never deletes it
         self.resumed_step: Optional[int] = None
+        #: files written after this (the synchronizer's HF export of a step, made before
+        #: that step's checkpoint) belong to this run; older ones in a step directory are
+        #: leftovers of an earlier run
+        self.created_at = time.time()
 
     # ------------------------------------------------------------------ paths
     def step_dir(self, step: int) -> str:
@@ -524,7 +528,9 @@ class RunCheckpointer:
         the latest). Returns its directory. Blocking: run it off the event loop.
 
         A directory of the same step already there is a save that never completed (or the
-        damaged checkpoint a resume skipped): it is replaced, not mixed in. When writing
+        damaged checkpoint a resume skipped): it is replaced, not mixed in; only the Hugging
+        Face weights this run's synchronizer exported there (``sync_method: checkpoint``,
+        written before the step's checkpoint) stay. When writing
         fails, the partial directory is removed (it would waste a full disk and is no
         checkpoint) and nothing is pruned.
 
@@ -536,8 +542,7 @@ class RunCheckpointer:
         step = int(trainer.global_step)
         directory = self.step_dir(step)
         try:
-            if os.path.lexists(directory):
-                shutil.rmtree(directory)
+            self._clear_leftovers(directory)
             trainer.save_checkpoint_files(directory)
             Path(directory, TRAINER_STATE_FILE).write_text(
                 json.dumps(_jsonable(trainer.state_dict()), indent=2)
@@ -551,6 +556,22 @@ class RunCheckpointer:
         self.saved_step = step
         self._prune()
         return directory
+
+    def _clear_leftovers(self, directory: str) -> None:
+        """Empty step ``directory`` of everything but this run's HF export
+        (``actor/huggingface`` with no file older than this checkpointer)."""
+        if not os.path.lexists(directory):
+            return
+        export = Path(directory, "actor", "huggingface")
+        if not (export.is_dir() and _written_since(export, self.created_at)):
+            shutil.rmtree(directory)
+            return
+        for entry in Path(directory).iterdir():
+            if entry.name != "actor":
+                _remove(entry)
+        for entry in Path(directory, "actor").iterdir():
+            if entry.name != "huggingface":
+                _remove(entry)
 
     def _save_failed(self, directory: str, exc: Exception) -> Exception:
         """Remove the partial ``directory`` of a failed save; the error to raise."""
@@ -656,3 +677,16 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)
+
+
+def _written_since(directory: Path, since: float) -> bool:
+    """Whether ``directory`` holds files and none was last written before ``since``."""
+    times = [p.stat().st_mtime for p in directory.rglob("*") if p.is_file()]
+    return bool(times) and min(times) >= since
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
