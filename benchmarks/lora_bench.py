@@ -7,8 +7,9 @@ Each side runs in a fresh process (so its peak is its own): the verl FSDP2 engin
 warm-up step, then the median of 3 steps. Peak memory is the GPU's allocator peak on CUDA
 (``torch.cuda.max_memory_allocated``), the process's peak resident size elsewhere (which
 includes the model's load). Printed per side: peak, s/step, parameters, trainable parameters,
-the bytes one weight sync moves today (the merged state dict: LoRA sends the full weights, see
-docs/architecture.md) and what an adapter-only sync would move; then LoRA's ratios to full.
+and the bytes one weight sync moves: the full state dict, or for LoRA the adapter alone (what
+``sync_method`` memory / checkpoint send when the engines serve base + adapter; the merged
+state dict, what ``enable_lora: false`` sends, beside it); then LoRA's ratios to full.
 
 It is a measurement, not a test: the exit status is 0 either way.
 """
@@ -85,7 +86,8 @@ def side(model: str, kind: str, rank: int) -> dict:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     params = list(engine.module.parameters())
     trainable = [p for p in params if p.requires_grad]
-    synced = sum(t.numel() * t.element_size() for t in engine.state_dict().values())
+    merged = sum(t.numel() * t.element_size() for t in engine.state_dict().values())
+    adapter = engine.adapter_state_dict() if kind == "lora" else {}
     return {
         "kind": kind,
         "peak_mib": peak / 2**20,
@@ -93,8 +95,9 @@ def side(model: str, kind: str, rank: int) -> dict:
         "s_per_step": sorted(times)[1],
         "params": sum(p.numel() for p in params),
         "trainable": sum(p.numel() for p in trainable),
-        "sync_mib": synced / 2**20,
-        "adapter_mib": sum(p.numel() * 4 for p in trainable) / 2**20,
+        "merged_mib": merged / 2**20,
+        "sync_mib": (sum(t.numel() * t.element_size() for t in adapter.values()) or merged)
+        / 2**20,
     }
 
 
@@ -128,18 +131,18 @@ def main() -> None:
             rows[kind] = json.loads(found[-1][len("RESULT ") :])
     full, lora = rows["full"], rows["lora"]
     print(f"model {args.model or args.preset}, LoRA rank {args.rank}, {full['peak_of']} peak")
-    print("| side | peak MiB | s/step | trainable / all params | sync today MiB | adapter MiB |")
+    print("| side | peak MiB | s/step | trainable / all params | sync MiB | merged MiB |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in (full, lora):
         print(
             f"| {r['kind']} | {r['peak_mib']:.0f} | {r['s_per_step']:.3f} | "
-            f"{r['trainable']:,} / {r['params']:,} | {r['sync_mib']:.1f} | {r['adapter_mib']:.1f} |"
+            f"{r['trainable']:,} / {r['params']:,} | {r['sync_mib']:.1f} | {r['merged_mib']:.1f} |"
         )
     print(
         f"LoRA / full: peak {lora['peak_mib'] / full['peak_mib']:.2f}, s/step "
         f"{lora['s_per_step'] / full['s_per_step']:.2f}, trainable "
-        f"{lora['trainable'] / full['trainable']:.4f}; an adapter-only sync would move "
-        f"{lora['adapter_mib'] / lora['sync_mib']:.3f} of today's bytes"
+        f"{lora['trainable'] / full['trainable']:.4f}, sync bytes "
+        f"{lora['sync_mib'] / full['sync_mib']:.3f}"
     )
 
 

@@ -874,12 +874,14 @@ def test_trinity_rft_enum_assignments_validate_as_their_values(tmp_path: Path, c
 
 
 def test_lora_takes_one_adapter_and_refuses_what_it_cannot_honour() -> None:
-    """``model.lora_configs``: one adapter trains on the trainer side (the engines get merged
-    weights, so nothing turns their own LoRA serving on); more adapters, an adapter name and
-    Trinity-RFT's ``is_dummy`` are refused naming the field. An empty list is no LoRA."""
+    """``model.lora_configs``: one adapter trains on the trainer side and the rollout engines
+    serve it (``enable_lora`` derived true, as Trinity-RFT does; false without an adapter);
+    more adapters, an adapter name and Trinity-RFT's ``is_dummy`` are refused naming the
+    field. An empty list is no LoRA."""
     config = load_config({"model": {"lora_configs": [{"lora_rank": 8}]}})
     assert config.model.lora_configs[0].lora_rank == 8
-    assert config.explorer.rollout_model.enable_lora is False
+    assert config.explorer.rollout_model.enable_lora is True
+    assert load_config({}).explorer.rollout_model.enable_lora is False
     error = load_error({"model": {"lora_configs": [{"lora_rank": 8}, {"lora_rank": 8}]}})
     assert "has 2 entries" in issue_at(error, "model.lora_configs").message
     error = load_error({"model": {"lora_configs": [{"is_dummy": True, "name": "a"}]}})

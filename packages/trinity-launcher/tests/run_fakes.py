@@ -324,6 +324,9 @@ class FakeSync:
         self.last_export_s = 0.0
         self.pushed: list[int] = []
 
+    def weight_bytes(self) -> int:
+        return 4 * 1024  # a fixed-size payload per push
+
     async def push(self, version: int) -> float:
         lock = self.explorer.generation_lock
         if not lock.locked() and not self.engines.in_flight:

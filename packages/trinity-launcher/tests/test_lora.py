@@ -1,8 +1,8 @@
-"""LoRA (``model.lora_configs``, one adapter): trained on the trainer side, merged on sync.
+"""LoRA (``model.lora_configs``, one adapter): trained on the trainer side, the adapter synced.
 
 * config: one adapter reaches the engine settings; more than one, rank 0, ``is_dummy`` and what
   cannot be honoured yet (an adapter name, a bf16 adapter, a directory that is no adapter) are
-  refused naming the field; the engines' own LoRA options stay refused;
+  refused naming the field; Trinity-RFT's derived engine LoRA options stay refused;
 * the tiny model on verl's FSDP2 engine in this process (real peft, real verl): a few GRPO
   steps with a KL loss train the adapter only (base weights bit-identical, only the adapter
   requires grad and is in the optimizer); the reference is the same engine with the adapter
@@ -11,8 +11,9 @@
   them scores as the LoRA policy does; a checkpoint resumes adapter, optimizer and schedule;
   ``target_modules`` / ``exclude_modules`` / ``path`` select and continue adapters; two gloo
   ranks (every tensor sharded) merge the same way;
-* mode ``both`` through ``trinity-launch`` on the quickstart (vLLM's CPU build): the engines
-  serve the merged weights of each step.
+* mode ``both`` through ``trinity-launch`` on the quickstart (vLLM's CPU build): only the
+  adapter moves, and the engines serve base + the adapter of each step (the engines' side:
+  test_lora_serving.py).
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ def test_one_adapter_reaches_the_engine_settings(model_path):
     assert settings.lora_target_modules == ".*(q_proj|v_proj)"
     assert settings.lora_exclude_modules == ".*\\.1\\..*"
     assert settings.lora_dtype == "auto" and settings.lora_adapter_path is None
-    # the engines serve merged weights, no adapter: nothing turns their LoRA serving on
-    assert config.explorer.rollout_model.enable_lora is False
+    # the engines serve base + adapter (test_lora_serving.py)
+    assert config.explorer.rollout_model.enable_lora is True
     full = VerlEngineSettings.from_config(
         load_config({"model": {"model_path": model_path, "max_model_len": 32}})
     )
@@ -109,17 +110,19 @@ def test_what_cannot_be_honoured_is_refused_naming_the_field():
     dummy = found[at + "is_dummy"]
     assert "not supported yet" in dummy and "allowed: false" in dummy
     for name in ("name", "base_model_name"):
-        assert "merged weights" in found[at + name] and "allowed: null" in found[at + name]
+        assert "not supported yet" in found[at + name] and "allowed: null" in found[at + name]
     assert "'bf' is not a torch dtype name" in found[at + "lora_dtype"]
     bf16 = issues({"model": {"lora_configs": [{"lora_dtype": "bfloat16"}]}})
     assert "not supported yet" in bf16[at + "lora_dtype"]
     assert "allowed: 'auto' or 'float32'" in bf16[at + "lora_dtype"]
     assert load_config({"model": {"lora_configs": [{"lora_dtype": "float32"}]}})
-    # the engines' own LoRA options: they serve merged weights, so these would do nothing
-    engine = issues({"explorer": {"rollout_model": {"enable_lora": True}}})
+    # the engines' LoRA switch needs the run's adapter; Trinity-RFT's derived options are refused
+    engine = issues(
+        {"explorer": {"rollout_model": {"enable_lora": True, "lora_kwargs": {"max_loras": 2}}}}
+    )
     message = engine["explorer.rollout_model.enable_lora"]
-    assert "merged weights" in message and "allowed: false" in message
-    assert "lora_configs is refused" not in message
+    assert "needs the run's adapter" in message and "allowed: false" in message
+    assert "no effect" in engine["explorer.rollout_model.lora_kwargs"]
 
 
 def test_an_adapter_path_must_be_an_adapter_that_agrees_with_what_is_written(model_path, tmp_path):
@@ -439,11 +442,12 @@ def test_two_ranks_merge_the_sharded_adapter(model_path, tmp_path):
 
 
 @pytest.mark.slow
-def test_mode_both_on_the_quickstart_serves_the_merged_weights(tmp_path):
+def test_mode_both_on_the_quickstart_serves_base_plus_adapter(tmp_path):
     """The quickstart with an adapter and a KL loss for 4 steps: it trains, the engines take
-    the weights of every step (model version 0, 1, 2, 3), and what they generated with after a
-    sync is the merged model the trainer wrote for that step (its log-probs match that model's,
-    not the base model's)."""
+    the adapter of every step (model version 0, 1, 2, 3) -- the adapter alone, a small fraction
+    of the model's bytes -- and what they generated with after a sync is base + that adapter
+    (its log-probs match the merged model the trainer wrote for that step, not the base
+    model's)."""
     pytest.importorskip("vllm")
     pytest.importorskip("verl")
     import yaml
@@ -488,6 +492,18 @@ def test_mode_both_on_the_quickstart_serves_the_merged_weights(tmp_path):
     assert [r["step"] for r in trained] == [1, 2, 3, 4]
     assert trained[0]["actor/kl_loss"] == 0.0 < trained[-1]["actor/kl_loss"]
     assert [r["rollout/model_version"] for r in rows] == [0.0, 1.0, 2.0, 3.0]
+    # only the adapter moved: rank 8 on the tiny model's linear layers, fp32
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+
+    layout = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model),
+        LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"),
+    )
+    adapter_bytes = sum(t.numel() * 4 for t in get_peft_model_state_dict(layout).values())
+    full_bytes = sum(p.numel() * 4 for p in layout.get_base_model().parameters())
+    synced = [r["sync/weight_bytes"] for r in rows if "sync/weight_bytes" in r]
+    assert synced and set(synced) == {adapter_bytes}, (synced, adapter_bytes)
+    assert adapter_bytes < full_bytes / 4
 
     storage = SQLStorage(ExperienceBufferConfig(name="explorer_output", path=raw))
     exps = [e for e in storage_experiences(storage) if e.model_version == 3]

@@ -25,7 +25,6 @@ understand go through the trainer engine (one CPU process per rank) for the tens
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import os
 import shutil
@@ -43,14 +42,18 @@ from trinity.launcher.convert_shards import (
     _UnsupportedShards,
     unshard,
 )
+from trinity.launcher.lora_adapter import (
+    ADAPTER_DIR,
+    AdapterFormatError,
+    peft_layout,
+    resolved_config_dict,
+    trained_lora_config,
+    write_adapter,
+)
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
 
-#: the default output directory inside the actor checkpoint (verl's model merger's name)
-ADAPTER_DIR = "lora_adapter"
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 #: files of a model directory that a tokenizer or processor reads (copied beside the adapter)
 _TOKENIZER_FILES = (
     "tokenizer*",
@@ -117,59 +120,11 @@ def _adapter_tensors(actor: Path, shards: list[Path], settings: dict) -> dict[st
     return state
 
 
-def trained_lora_config(settings: dict[str, Any]) -> Any:
-    """The ``peft.LoraConfig`` the engine trained with.
-
-    A run that continued an adapter (``lora_adapter_path``) trained with that adapter's own
-    config (verl loads it with ``PeftModel.from_pretrained``), dropout and all, so it is read
-    from there while it exists; otherwise verl's ``_build_lora_module`` config is rebuilt from
-    the recorded ``lora_*`` settings (which ``lora_settings`` took from that adapter)."""
-    from peft import LoraConfig, PeftConfig, TaskType
-
-    path = settings.get("lora_adapter_path")
-    if path and (Path(path) / ADAPTER_CONFIG).is_file():
-        config = PeftConfig.from_pretrained(path)
-        if not isinstance(config, LoraConfig):
-            raise ConvertError(f"{path}: a {type(config).__name__} adapter, not LoRA")
-        config.task_type = TaskType.CAUSAL_LM  # as verl sets it
-        return config
-    if path:
-        logger.warning(
-            "the continued adapter %s is gone: its config is rebuilt from the recorded "
-            "lora_* settings (fields beyond r, lora_alpha and the modules take peft's defaults)",
-            path,
-        )
-    return LoraConfig(
-        task_type=TaskType.CAUSAL_LM,
-        r=int(settings["lora_rank"]),
-        lora_alpha=int(settings["lora_alpha"]),
-        target_modules=settings.get("lora_target_modules") or "all-linear",
-        exclude_modules=settings.get("lora_exclude_modules"),
-        bias="none",
-    )
-
-
-def _peft_layout(config_dir: Path, lora: Any, settings: dict) -> tuple[Any, dict[str, tuple]]:
-    """peft's adapter on the base architecture, built on the ``meta`` device (no weights, no
-    memory): the model -- for peft's key naming and its resolved ``LoraConfig``
-    (``all-linear`` becomes the module names, as ``save_pretrained`` writes it) -- and the
-    names and shapes ``get_peft_model_state_dict`` saves."""
-    import torch
-    from peft import get_peft_model, get_peft_model_state_dict
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    trust = bool(settings.get("trust_remote_code"))
-    # the trainer records its own attention kernel in the config; any built-in one does here
-    config = AutoConfig.from_pretrained(
-        config_dir, trust_remote_code=trust, attn_implementation="eager"
-    )
-    lora = copy.deepcopy(lora)
-    lora.base_model_name_or_path = None  # set on export; peft would warn it was renamed
-    with torch.device("meta"):
-        base = AutoModelForCausalLM.from_config(config, trust_remote_code=trust)
-        model = get_peft_model(base, lora)
-    expected = get_peft_model_state_dict(model, save_embedding_layers=False)
-    return model, {k: tuple(v.shape) for k, v in expected.items()}
+def _lora_config(settings: dict[str, Any]) -> Any:
+    try:
+        return trained_lora_config(settings)
+    except AdapterFormatError as exc:
+        raise ConvertError(str(exc)) from exc
 
 
 def export_adapter(
@@ -187,7 +142,6 @@ def export_adapter(
             model), or the shards are not the adapter peft builds from the recorded settings.
     """
     from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
 
     target = Path(out) if out is not None else actor / ADAPTER_DIR
     for taken in (actor, actor / "huggingface", actor.parent):
@@ -199,8 +153,8 @@ def export_adapter(
             )
     tensors = _adapter_tensors(actor, shards, settings)
     source = _config_source(actor, settings.get("model_path"))
-    lora = trained_lora_config(settings)
-    model, expected = _peft_layout(source, lora, settings)
+    lora = _lora_config(settings)
+    model, expected = peft_layout(source, lora, bool(settings.get("trust_remote_code")))
     # peft's own renaming (the adapter's name segment dropped), applied to the real tensors
     state = get_peft_model_state_dict(model, state_dict=tensors, save_embedding_layers=False)
     got = {k: tuple(v.shape) for k, v in state.items()}
@@ -213,15 +167,7 @@ def export_adapter(
             f"{source / 'config.json'}: missing {missing[:3]}, unexpected {unexpected[:3]}, "
             f"other shapes {shapes[:3]}"
         )
-    config = copy.deepcopy(model.peft_config["default"])
-    if isinstance(config.target_modules, (set, frozenset)):  # the same file on every run
-        config.target_modules = sorted(config.target_modules)
-    config.base_model_name_or_path = settings.get("model_path")
-    config.inference_mode = True  # as PeftModel.save_pretrained writes it
-    target.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in state.items()}
-    save_file(state, str(target / ADAPTER_WEIGHTS), metadata={"format": "pt"})
-    config.save_pretrained(str(target))
+    write_adapter(target, state, resolved_config_dict(model, settings.get("model_path")))
     if not _same_dir(source, target):
         for item in source.iterdir():
             if item.is_file() and any(fnmatch.fnmatch(item.name, p) for p in _TOKENIZER_FILES):

@@ -193,7 +193,13 @@ class RunSession:
             from trinity.launcher.synchronizer import Synchronizer
 
             sync = Synchronizer(
-                config.synchronizer, explorer, trainer.engine, job_dir=config.checkpoint_job_dir
+                config.synchronizer,
+                explorer,
+                trainer.engine,
+                job_dir=config.checkpoint_job_dir,
+                # a LoRA run's engines serve base + adapter: only the adapter moves
+                adapter_only=bool(config.model.lora_configs)
+                and config.explorer.rollout_model.enable_lora,
             )
             policy = sync_policy_of(config)
             if spec.colocated:  # the engines and the trainer take turns

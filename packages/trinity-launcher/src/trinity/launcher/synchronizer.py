@@ -24,6 +24,11 @@ class Synchronizer:
     collective group of the trainer's rank 0 and the engines (:mod:`trinity.launcher.weight_sync`;
     NCCL on CUDA, gloo where ``backend`` says so -- the tests).
 
+    With ``adapter_only`` (a LoRA run whose engines serve base + adapter) ``memory`` and
+    ``checkpoint`` move the adapter alone, in PEFT's format (:mod:`trinity.launcher.
+    lora_adapter`; ``checkpoint`` writes it to ``global_step_N/actor/lora_adapter``); ``nccl``
+    broadcasts the merged weights, which the engines then serve without an adapter.
+
     Args:
         settings: the config's ``synchronizer`` section (``sync_method``, ``sync_timeout``).
         explorer: where the weights go: its ``rollout_engines``, ``supervisor`` (records each
@@ -31,6 +36,8 @@ class Synchronizer:
         engine: the trainer's policy engine (state dict, HF export, broadcast address).
         job_dir: the run directory (``checkpoint``: weights go to ``global_step_N/actor/huggingface``).
         backend: the broadcast's collective backend (default: NCCL where CUDA is, else gloo).
+        adapter_only: send the LoRA adapter instead of the full (merged) weights (``memory``
+            and ``checkpoint``; the trainer's engine must train an adapter).
     """
 
     def __init__(
@@ -41,6 +48,7 @@ class Synchronizer:
         *,
         job_dir: str = "",
         backend: Optional[str] = None,
+        adapter_only: bool = False,
     ) -> None:
         self.explorer = explorer
         self.engine = engine
@@ -56,6 +64,18 @@ class Synchronizer:
         #: seconds the last push spent exporting the trainer's weights (state dict into Ray's
         #: object store, HF files, or the broadcast's send); the rest of ``push`` is loading
         self.last_export_s = 0.0
+        #: a LoRA run's engines serve base + adapter: memory/checkpoint send the adapter alone
+        #: (decided once: a switch from nccl to memory keeps sending merged weights, which is
+        #: what those engines hold)
+        self.adapter_only = bool(adapter_only) and self.method in ("memory", "checkpoint")
+        self._bytes: Optional[int] = None
+
+    def weight_bytes(self) -> int:
+        """Bytes one push moves (the adapter's tensors, or the full model's): the
+        ``sync/weight_bytes`` metric. Read from the trainer's parameter shapes once."""
+        if self._bytes is None:
+            self._bytes = int(self.engine.weight_sync_bytes(self.adapter_only))
+        return self._bytes
 
     async def push(self, version: int) -> float:
         """Synchronise version ``version``; returns the seconds it took."""
@@ -70,13 +90,15 @@ class Synchronizer:
             )
             self.method = "memory"
         if self.method == "checkpoint":
-            path = os.path.join(
-                self.job_dir,
-                f"global_step_{version}",
-                "actor",
-                "huggingface",
-            )
-            await asyncio.to_thread(self.engine.save_hf, path)
+            actor = os.path.join(self.job_dir, f"global_step_{version}", "actor")
+            if self.adapter_only:
+                from trinity.launcher.lora_adapter import ADAPTER_DIR
+
+                path = os.path.join(actor, ADAPTER_DIR)
+                await asyncio.to_thread(self.engine.save_lora_adapter, path)
+            else:
+                path = os.path.join(actor, "huggingface")
+                await asyncio.to_thread(self.engine.save_hf, path)
             self.last_export_s = time.perf_counter() - start
             await asyncio.wait_for(self.explorer.load_weights(path, version), self.timeout)
         elif self.method == "nccl" and not await self._nccl_possible(handles):
@@ -120,12 +142,13 @@ class Synchronizer:
         return time.perf_counter() - start
 
     async def _state_ref(self) -> Any:
-        """The trainer's state dict in Ray's object store."""
+        """The trainer's state dict (or, ``adapter_only``, its adapter) in Ray's object store."""
         import ray
 
-        if hasattr(self.engine, "state_dict_ref"):  # trainer ranks are Ray workers
-            return await asyncio.to_thread(self.engine.state_dict_ref)
-        return ray.put(await asyncio.to_thread(self.engine.state_dict))
+        name = "adapter_state_dict" if self.adapter_only else "state_dict"
+        if hasattr(self.engine, f"{name}_ref"):  # trainer ranks are Ray workers
+            return await asyncio.to_thread(getattr(self.engine, f"{name}_ref"))
+        return ray.put(await asyncio.to_thread(getattr(self.engine, name)))
 
     async def _nccl_possible(self, handles: list[Any]) -> bool:
         """NCCL needs the trainer's rank 0 and every engine on different GPUs; where one shares

@@ -162,9 +162,13 @@ def _unless_different(derived: Callable[[Config], Any]) -> _Check:
 
 
 _LORA = (
-    "serving LoRA adapters in the rollout engines is not supported yet: with "
-    "model.lora_configs the trainer trains the adapter and the engines get the merged weights "
-    "(base + adapter) on every sync, so this engine LoRA option has "
+    "setting Trinity-RFT's engine LoRA options directly is not supported yet: the rollout "
+    "engines serve the run's adapter (model.lora_configs, explorer.rollout_model.enable_lora) "
+    "with settings derived from it, so this option would have "
+)
+_LORA_NEEDS_ADAPTER = (
+    "true needs the run's adapter: set model.lora_configs (the engines then serve base + "
+    "adapter, with enable_lora true by default); allowed: false without model.lora_configs"
 )
 _ROPE = (
     "a RoPE override is not supported yet: the engines and the trainer load the model's own "
@@ -233,7 +237,10 @@ UNSUPPORTED_FIELDS: dict[tuple[str, str], tuple[_Check, str]] = {
         _only(None),
         "checkpoint_job_dir " + _LAUNCHER + "null (the run's checkpoint_job_dir is used)",
     ),
-    ("InferenceModelConfig", "enable_lora"): (_only(False), _LORA + "no effect; allowed: false"),
+    ("InferenceModelConfig", "enable_lora"): (
+        lambda value, cfg: not value or bool(cfg.model.lora_configs),
+        _LORA_NEEDS_ADAPTER,
+    ),
     ("InferenceModelConfig", "enable_runtime_lora_updating"): (
         _only(False),
         _LORA + "no effect; allowed: false",

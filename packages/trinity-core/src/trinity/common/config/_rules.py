@@ -116,20 +116,27 @@ def _rule_model(c: _Checker, cfg: Config) -> None:
         _set_derived(model, "min_response_tokens", new)
 
 
-#: what serving the adapter by a name of its own would need; the engines get merged weights
+#: what serving the adapter by a name of its own would need
 _LORA_SERVED_MERGED = (
-    "is not supported yet: the rollout engines get the merged weights (base + adapter) on "
-    "every sync and serve them under the model's own name; allowed: null"
+    "is not supported yet: the rollout engines serve the adapter to Trinity's own requests "
+    "only (workflows do not choose a model by name); allowed: null"
 )
+
+
+#: engine types that serve a LoRA adapter (vLLM's LoRA support; transformers with peft)
+_ADAPTER_ENGINES = ("vllm", "vllm_async", "transformers")
 
 
 def _rule_lora(c: _Checker, cfg: Config) -> None:
     """``model.lora_configs``: one adapter, trained by the trainer (verl's FSDP engine with
-    peft; base weights frozen), its merged weights sent to the rollout engines on every sync.
-    What that cannot honour yet is refused naming the field; an empty list is no LoRA."""
+    peft; base weights frozen). The rollout engines serve base + adapter and get the adapter
+    alone on every sync (``explorer.rollout_model.enable_lora``, on by default where the engine
+    can), or the merged weights (``enable_lora: false``). What that cannot honour yet is
+    refused naming the field; an empty list is no LoRA."""
     configs = cfg.model.lora_configs
     if not configs:
         return
+    _rule_lora_serving(c, cfg)
     if len(configs) > 1:
         c.error(
             ("model", "lora_configs"),
@@ -154,6 +161,40 @@ def _rule_lora(c: _Checker, cfg: Config) -> None:
     _check_lora_dtype(c, at + ("lora_dtype",), lora.lora_dtype)
     if lora.path is not None and c.run_checks:
         _check_lora_adapter_dir(c, at, lora)
+
+
+def _rule_lora_serving(c: _Checker, cfg: Config) -> None:
+    """Whether the engines serve the adapter: on by default for an engine that can (and not
+    through the OpenAI API, which serves the model's own name: its requests would miss the
+    adapter); set explicitly, what cannot be honoured is refused."""
+    rollout = cfg.explorer.rollout_model
+    loc = ("explorer", "rollout_model", "enable_lora")
+    can = rollout.engine_type in _ADAPTER_ENGINES and not rollout.enable_openai_api
+    if "enable_lora" not in rollout.model_fields_set:
+        _set_derived(rollout, "enable_lora", can)
+    elif rollout.enable_lora and rollout.enable_openai_api:
+        c.error(
+            loc,
+            True,
+            "true with enable_openai_api is not supported yet: the OpenAI API serves the model "
+            "under its own name, so requests through it would not use the adapter; allowed: "
+            "false (the engines get the merged weights on every sync)",
+        )
+    elif rollout.enable_lora and rollout.engine_type not in _ADAPTER_ENGINES:
+        c.error(
+            loc,
+            True,
+            f"true: engine_type {rollout.engine_type!r} cannot serve a LoRA adapter; allowed: "
+            f"false (merged weights on every sync), or engine_type one of {_ADAPTER_ENGINES}",
+        )
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        if aux.enable_lora:
+            c.error(
+                ("explorer", "auxiliary_models", i, "enable_lora"),
+                True,
+                "true is not supported yet: the run's adapter trains the rollout model; an "
+                "auxiliary model serves its own weights; allowed: false",
+            )
 
 
 def _check_lora_dtype(c: _Checker, loc: tuple[Union[str, int], ...], value: str) -> None:

@@ -144,16 +144,17 @@ __all__ = [
 
 class LoRAConfig(_Section):
     """A LoRA adapter trained instead of the full model (one per run): the trainer freezes the
-    base weights and trains the adapter; the rollout engines get the merged weights on sync."""
+    base weights and trains the adapter; the rollout engines serve base + adapter and get the
+    adapter alone on sync (``explorer.rollout_model.enable_lora``)."""
 
     name: Optional[str] = Field(
-        None, description="Adapter name in the engines: not supported yet (merged weights)."
+        None, description="Adapter name in the engines: not supported yet."
     )
     path: Optional[str] = Field(
         None, description="A PEFT adapter directory to continue; a new adapter if unset."
     )
     base_model_name: Optional[str] = Field(
-        None, description="Base model name in the engines: not supported yet (merged weights)."
+        None, description="Base model name in the engines: not supported yet."
     )
     lora_rank: Int = Field(32, ge=1, description="LoRA rank r.")
     lora_alpha: Int = Field(32, ge=1, description="LoRA alpha (the update is scaled by alpha/r).")
@@ -342,7 +343,13 @@ class InferenceModelConfig(_Section):
     sync_method: Optional[SyncMethodName] = Field(None, description="Set from the synchronizer.")
     checkpoint_job_dir: Optional[str] = Field(None, description="Set from the run.")
     cuda_visible_devices: Optional[str] = Field(None, description="Set by the launcher.")
-    enable_lora: bool = Field(False, description="Serve adapters: not supported yet.")
+    enable_lora: bool = Field(
+        False,
+        description=(
+            "Serve base + the run's LoRA adapter (model.lora_configs; on by default then, where "
+            "the engine can) and take adapter-only weight syncs; false: merged weights."
+        ),
+    )
     enable_runtime_lora_updating: bool = Field(False, description="Set by the launcher.")
     lora_modules: Optional[list[dict[str, Any]]] = Field(None, description="Set by the launcher.")
     lora_kwargs: dict[str, Any] = Field(default_factory=dict, description="Set by the launcher.")

@@ -175,6 +175,24 @@ def engine_settings(
         extra_engine_args=dict(model_cfg.extra_engine_args or {}),
         base_url=base_url,
         served_model_name=served,
+        lora=_served_adapter(model_cfg, m, model_path),
+    )
+
+
+def _served_adapter(model_cfg: Any, model: Any, model_path: Any) -> Optional[dict[str, Any]]:
+    """The adapter settings of a rollout model that serves the run's LoRA adapter
+    (``enable_lora`` and ``model.lora_configs``), else ``None``."""
+    if model is None or not getattr(model_cfg, "enable_lora", False):
+        return None
+    from trinity.launcher.lora_adapter import model_lora_settings
+
+    settings = model_lora_settings(model)
+    if not settings:
+        return None
+    return dict(
+        settings,
+        model_path=str(model_path),
+        trust_remote_code=bool(getattr(model, "trust_remote_code", False)),
     )
 
 

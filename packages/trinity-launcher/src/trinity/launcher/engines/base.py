@@ -165,6 +165,11 @@ class EngineSettings:
     #: fraction of each of its GPUs the engine's Ray actor reserves (mode colocate: the
     #: trainer takes the rest, so one GPU holds both; see ``trinity.launcher.colocate``)
     gpu_share: float = 1.0
+    #: LoRA (``model.lora_configs`` with ``rollout_model.enable_lora``): the run's adapter
+    #: settings (:func:`trinity.launcher.lora_adapter.lora_settings` plus ``model_path`` and
+    #: ``trust_remote_code``); the engine serves base + adapter and takes adapter-only weight
+    #: updates. ``None``: full weights only
+    lora: Optional[dict[str, Any]] = None
 
     @property
     def display_name(self) -> str:

@@ -12,6 +12,11 @@ criterion watches for a pending load), the load runs next on the worker thread, 
 unfinished sample goes on from its prompt and the tokens it has so far on the new weights. The
 tokens sampled before keep the log-probs of the weights that sampled them, as with vLLM's
 pause-and-recompute.
+
+LoRA (``EngineSettings.lora``): an update that is an adapter (PEFT names) is checked against
+the run's adapter and loaded with peft (``set_peft_model_state_dict``; the model is wrapped
+with the run's ``LoraConfig`` on the first one, or with a continued adapter from the start);
+full weights unload the adapter and replace the base.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ class TransformersEngine(BaseRolloutEngine):
     def __init__(self, settings: EngineSettings) -> None:
         super().__init__(settings)
         self.model: Any = None
+        #: LoRA: the adapter an update must be (built on the first one)
+        self._adapter_format: Any = None
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
         self._loaded = threading.Event()
@@ -67,6 +74,11 @@ class TransformersEngine(BaseRolloutEngine):
             dtype=dtype,
             trust_remote_code=self.settings.trust_remote_code,
         )
+        path = (self.settings.lora or {}).get("lora_adapter_path")
+        if path:  # a continued adapter: served from the start (model version 0)
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(path))
         self.model = model.to(self.device).eval()
 
     async def start(self) -> None:
@@ -239,6 +251,13 @@ class TransformersEngine(BaseRolloutEngine):
 
     # ------------------------------------------------------------------ weights
     def _load_sync(self, weights: dict[str, Tensor]) -> None:
+        from trinity.launcher.lora_adapter import is_adapter_state
+
+        if is_adapter_state(weights):
+            self._load_adapter_sync(weights)
+            return
+        if hasattr(self.model, "peft_config"):  # full (merged) weights: no adapter from now on
+            self.model = self.model.unload()
         state = self.model.state_dict()
         unknown = sorted(set(weights) - set(state))
         if unknown:
@@ -248,6 +267,27 @@ class TransformersEngine(BaseRolloutEngine):
         with torch.no_grad():
             for name, tensor in weights.items():
                 state[name].copy_(tensor.to(state[name].dtype))
+
+    def _load_adapter_sync(self, weights: dict[str, Tensor]) -> None:
+        from peft import get_peft_model, set_peft_model_state_dict
+
+        from trinity.launcher.lora_adapter import AdapterFormat
+
+        if not self.settings.lora:
+            raise ValueError(
+                f"{self.settings.display_name}: got a LoRA adapter as new weights, but this "
+                "engine serves full weights (explorer.rollout_model.enable_lora is off)"
+            )
+        if self._adapter_format is None:
+            self._adapter_format = AdapterFormat(self.settings.lora, self.settings.display_name)
+        self._adapter_format.check(weights)
+        if not hasattr(self.model, "peft_config"):
+            self.model = get_peft_model(self.model, self._adapter_format.lora_config).eval()
+        with torch.no_grad():
+            result = set_peft_model_state_dict(self.model, weights)
+        unexpected = getattr(result, "unexpected_keys", None)
+        if unexpected:
+            raise KeyError(f"update_weights: adapter tensors peft did not load: {unexpected[:3]}")
 
     def _load_and_release(self, weights: dict[str, Tensor]) -> None:
         try:

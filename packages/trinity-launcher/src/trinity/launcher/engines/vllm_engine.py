@@ -27,6 +27,15 @@ it rescales the full-vocabulary prompt logprobs (exact; heavy for very large voc
 Weights are updated in place through the workers' ``reload_weights`` (``collective_rpc``) from a
 safetensors file; a state dict is staged through ``/dev/shm`` because vLLM's RPC does not
 pickle tensors.
+
+LoRA (``EngineSettings.lora``): the engine starts with vLLM's LoRA support (also on CPU:
+``PunicaWrapperCPU``) and serves the base model plus the run's adapter. An update that is an
+adapter (PEFT names, :mod:`trinity.launcher.lora_adapter`) is checked against the adapter peft
+builds from the run's settings, written to ``/dev/shm`` in PEFT's format and added as a new
+``LoRARequest``; later requests use it. Requests already running finish on the adapter they
+started with (vLLM cannot switch a running request's adapter), so the previous adapter stays
+loaded; older ones are removed. Full weights (``sync_method: nccl`` broadcasts the merged
+model) replace the base and are then served without an adapter.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -112,6 +122,12 @@ class VLLMEngine(BaseRolloutEngine):
         self._start_task: Optional[asyncio.Task] = None
         #: asleep, but the weights woken for an update (``wake_up`` then wakes the KV cache)
         self._weights_awake = False
+        #: LoRA: the adapter new requests use (``None``: the base / merged weights alone), the
+        #: adapters loaded in vLLM as ``(id, staged directory)``, oldest first, and the adapter
+        #: an update must be (:class:`~trinity.launcher.lora_adapter.AdapterFormat`)
+        self._lora: Any = None
+        self._loaded_loras: list[tuple[int, Optional[str]]] = []
+        self._adapter_format: Any = None
         if on_cpu() and not inproc_core.enabled():
             # its vLLM imports run while this actor imports vLLM (core_forkserver)
             core_forkserver.start(_core_environment())
@@ -149,6 +165,14 @@ class VLLMEngine(BaseRolloutEngine):
             kwargs["tensor_parallel_size"] = 1
         elif s.enable_sleep_mode:  # mode colocate (vLLM's CPU backend has no sleep mode)
             kwargs["enable_sleep_mode"] = True
+        if s.lora:
+            from trinity.launcher.lora_adapter import vllm_max_lora_rank
+
+            kwargs["enable_lora"] = True
+            kwargs["max_lora_rank"] = vllm_max_lora_rank(int(s.lora["lora_rank"]))
+            # the current adapter and the previous one (requests that started on it)
+            kwargs["max_loras"] = 2
+            kwargs["max_cpu_loras"] = 3
         kwargs.update(extra)
         return AsyncEngineArgs(**{k: v for k, v in kwargs.items() if v is not None})
 
@@ -167,6 +191,13 @@ class VLLMEngine(BaseRolloutEngine):
         forked = not inproc and core_forkserver.use_for_engine_core()
         with inproc_core.installed() if inproc else contextlib.nullcontext():
             self.llm = AsyncLLM.from_engine_args(self.engine_args())
+        path = (self.settings.lora or {}).get("lora_adapter_path")
+        if path:  # a continued adapter: served from the start (model version 0)
+            from vllm.lora.request import LoRARequest
+
+            self._lora = LoRARequest("trinity-lora-1", 1, str(path))
+            await self.llm.add_lora(self._lora)
+            self._loaded_loras.append((1, None))
         if self.settings.enable_openai_api:
             self.api_address = await self._start_api_server()
         freeze_startup_heap()  # vLLM does the same in its engine core
@@ -198,6 +229,10 @@ class VLLMEngine(BaseRolloutEngine):
         if self.llm is not None:
             self.llm.shutdown()
             self.llm = None
+        for _, directory in self._loaded_loras:
+            if directory:
+                shutil.rmtree(directory, ignore_errors=True)
+        self._loaded_loras, self._lora = [], None
 
     # ------------------------------------------------------------------ OpenAI server
     def api_server_args(self, port: int) -> Any:
@@ -262,7 +297,10 @@ class VLLMEngine(BaseRolloutEngine):
         await self.start()
         final = None
         async for out in self.llm.generate(
-            {"prompt_token_ids": prompt_ids}, sampling_params, request_id=uuid.uuid4().hex
+            {"prompt_token_ids": prompt_ids},
+            sampling_params,
+            request_id=uuid.uuid4().hex,
+            lora_request=self._lora,
         ):
             final = out
         return final
@@ -332,6 +370,48 @@ class VLLMEngine(BaseRolloutEngine):
 
     # ------------------------------------------------------------------ weights
     async def _load_weights(self, weights: dict[str, Tensor]) -> None:
+        from trinity.launcher.lora_adapter import is_adapter_state
+
+        if is_adapter_state(weights):
+            await self._load_adapter(weights)
+            return
+        await self._load_full_weights(weights)
+        self._lora = None  # merged weights (nccl): served without an adapter from now on
+
+    async def _load_adapter(self, weights: dict[str, Tensor]) -> None:
+        """Serve the adapter ``weights`` (PEFT names) from the next request on."""
+        from vllm.lora.request import LoRARequest
+
+        from trinity.launcher.lora_adapter import AdapterFormat, write_adapter
+
+        if not self.settings.lora:
+            raise ValueError(
+                f"{self.settings.display_name}: got a LoRA adapter as new weights, but this "
+                "engine serves full weights (explorer.rollout_model.enable_lora is off)"
+            )
+        await self.start()
+        if self._adapter_format is None:
+            self._adapter_format = AdapterFormat(self.settings.lora, self.settings.display_name)
+        config = await asyncio.to_thread(self._adapter_format.check, weights)
+        lora_id = max((i for i, _ in self._loaded_loras), default=0) + 1
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        directory = tempfile.mkdtemp(prefix=f"trinity-lora-{self.settings.engine_id}-", dir=shm)
+        try:
+            await asyncio.to_thread(write_adapter, directory, weights, config)
+            request = LoRARequest(f"trinity-lora-{lora_id}", lora_id, directory)
+            await self.llm.add_lora(request)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        self._lora = request
+        self._loaded_loras.append((lora_id, directory))
+        while len(self._loaded_loras) > 2:  # the current and the previous one stay
+            old_id, old_dir = self._loaded_loras.pop(0)
+            await self.llm.remove_lora(old_id)
+            if old_dir:
+                shutil.rmtree(old_dir, ignore_errors=True)
+
+    async def _load_full_weights(self, weights: dict[str, Tensor]) -> None:
         await self.start()
         if self.asleep is not None and self._sleep_mode() and not self._weights_awake:
             # the weights' memory must be mapped to be written (verl's order: weights, load,

@@ -98,6 +98,8 @@ class WeightSync(Protocol):
 
     async def push(self, version: int) -> float: ...
 
+    def weight_bytes(self) -> int: ...
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -466,6 +468,7 @@ class Coordinator:
                 "time/sync": await self.sync.push(step),
             }
             out["time/sync/export"] = self.sync.last_export_s
+            out["sync/weight_bytes"] = self.sync.weight_bytes()
         self.turns.synced(step)
         async with self._changed:
             self.clock.served(step)

@@ -1,4 +1,4 @@
-"""LoRA on Trinity's verl engine: the adapter trains, the base stays, the engines get merged weights.
+"""LoRA on Trinity's verl engine: the adapter trains, the base stays, the engines get the adapter.
 
 ``model.lora_configs`` (one adapter) becomes :class:`~trinity.launcher.trainer.verl_settings.
 VerlEngineSettings`' ``lora_*`` fields; verl 0.9.1's FSDP engine does the rest of the model
@@ -17,6 +17,9 @@ side (``FSDPEngine._build_lora_module``: peft's ``get_peft_model``, or
   the rollout engines load them as they load a fully fine-tuned model (merge-on-sync). verl's
   own merged export (``get_per_tensor_param`` with ``lora.merge``) casts every tensor to
   bfloat16; this one keeps the trainer's fp32, as the full-fine-tuning export does;
+* :func:`adapter_state_dict` / :func:`adapter_config_dict`: the adapter alone in PEFT's
+  format, what weight synchronisation sends when the engines serve base + adapter
+  (:mod:`trinity.launcher.lora_adapter`);
 * :class:`AdapterDisabledReference`: the reference policy of a LoRA run is the base model,
   i.e. the same engine with the adapter disabled (verl's ``ref_in_actor``: its workers run
   ``infer_batch`` under ``engine.disable_adapter()`` for ``no_lora_adapter`` batches), so no
@@ -37,7 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdapterDisabledReference",
+    "adapter_config_dict",
     "adapter_only_optimizer",
+    "adapter_state_dict",
     "check_adapter",
     "iter_merged_state_dict",
     "lora_model_fields",
@@ -150,6 +155,40 @@ def iter_merged_state_dict(engine: Any) -> Iterator[tuple[str, Tensor]]:
     finally:
         if offloaded:
             offload_fsdp_model_to_cpu(module)
+
+
+def adapter_state_dict(engine: Any) -> dict[str, Tensor]:
+    """The adapter alone in PEFT's format (``get_peft_model_state_dict``'s names), full CPU
+    tensors in the trainer's precision: what weight synchronisation sends when the rollout
+    engines serve the adapter (a few MB, against the whole model merged). Collective over the
+    engine's ranks (each gathers every full tensor)."""
+    from peft import get_peft_model_state_dict
+    from torch.distributed.tensor import DTensor
+    from verl.utils.fsdp_utils import load_fsdp_model_to_gpu, offload_fsdp_model_to_cpu
+
+    module = engine.module
+    offloaded = bool(getattr(engine, "_is_offload_param", False))
+    if offloaded:
+        load_fsdp_model_to_gpu(module)
+    try:
+        with torch.no_grad():
+            tensors = {
+                name: (p.full_tensor() if isinstance(p, DTensor) else p).to("cpu", copy=True)
+                for name, p in module.named_parameters()
+                if "lora_" in name
+            }
+    finally:
+        if offloaded:
+            offload_fsdp_model_to_cpu(module)
+    return dict(get_peft_model_state_dict(module, state_dict=tensors, save_embedding_layers=False))
+
+
+def adapter_config_dict(engine: Any, model_path: str) -> dict[str, Any]:
+    """``adapter_config.json``'s content for the engine's adapter (the resolved
+    ``LoraConfig``: ``all-linear`` expanded to the module names peft chose)."""
+    from trinity.launcher.lora_adapter import resolved_config_dict
+
+    return resolved_config_dict(engine.module, model_path)
 
 
 class AdapterDisabledReference:

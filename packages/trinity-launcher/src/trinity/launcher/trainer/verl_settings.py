@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 
+from trinity.launcher.lora_adapter import lora_settings
 from trinity.launcher.trainer.verl_compat import (
     default_device,
 )
@@ -386,35 +387,3 @@ class VerlEngineSettings:
             kwargs["gradient_checkpointing"] = bool(model["enable_gradient_checkpointing"])
         kwargs.update(overrides)
         return cls(**kwargs)
-
-
-def lora_settings(config: Config) -> dict[str, Any]:
-    """The ``lora_*`` settings of ``model.lora_configs`` (one adapter; the config's rules refuse
-    more and what cannot be honoured). With ``path`` the adapter's own ``adapter_config.json``
-    gives rank, alpha and modules (peft trains what it loads; the rules refuse other values
-    written beside it). Empty without LoRA."""
-    import json
-    import os
-
-    if not config.model.lora_configs:
-        return {}
-    lora = config.model.lora_configs[0]
-    out: dict[str, Any] = dict(
-        lora_rank=lora.lora_rank,
-        lora_alpha=lora.lora_alpha,
-        lora_target_modules=lora.target_modules,
-        lora_exclude_modules=lora.exclude_modules,
-        lora_dtype=lora.lora_dtype,
-    )
-    if lora.path is not None:
-        path = os.path.expanduser(lora.path)
-        with open(os.path.join(path, "adapter_config.json"), encoding="utf-8") as f:
-            saved = json.load(f)
-        out.update(
-            lora_adapter_path=path,
-            lora_rank=int(saved["r"]),
-            lora_alpha=int(saved.get("lora_alpha", saved["r"])),
-            lora_target_modules=saved.get("target_modules") or lora.target_modules,
-            lora_exclude_modules=saved.get("exclude_modules"),
-        )
-    return out

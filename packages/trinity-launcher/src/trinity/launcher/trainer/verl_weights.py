@@ -95,6 +95,44 @@ class VerlWeightsMixin:
         """
         return {name: t.to("cpu", copy=True) for name, t in self.iter_state_dict()}
 
+    def adapter_state_dict(self) -> dict[str, Tensor]:
+        """The LoRA adapter alone in PEFT's format (CPU tensors): what weight synchronisation
+        sends when the rollout engines serve base + adapter. Collective."""
+        from trinity.launcher.trainer.verl_lora import adapter_state_dict
+
+        self._require_lora("adapter_state_dict")
+        return adapter_state_dict(self._engine)
+
+    def save_lora_adapter(self, directory: Union[str, os.PathLike]) -> Path:
+        """Write the adapter as ``PeftModel.save_pretrained`` does (``adapter_config.json`` and
+        ``adapter_model.safetensors``) to ``directory``. Collective; rank 0 writes."""
+        from trinity.launcher.lora_adapter import write_adapter
+        from trinity.launcher.trainer.verl_lora import adapter_config_dict
+
+        self._require_lora("save_lora_adapter")
+        state = self.adapter_state_dict()
+        if self.rank == 0:
+            config = adapter_config_dict(self._engine, self.settings.model_path)
+            write_adapter(directory, state, config)
+        dist.barrier()
+        return Path(directory)
+
+    def weight_sync_bytes(self, adapter_only: bool = False) -> int:
+        """Bytes one weight synchronisation moves: the adapter's tensors (``adapter_only``) or
+        the full model's, from the parameters' shapes (nothing is gathered)."""
+        total = 0
+        for name, p in self._engine.module.named_parameters():
+            if adapter_only and "lora_" not in name:
+                continue
+            if not adapter_only and "lora_" in name:
+                continue  # merged into the base weights
+            total += p.numel() * p.element_size()
+        return total
+
+    def _require_lora(self, what: str) -> None:
+        if not getattr(self, "is_lora", False):
+            raise RuntimeError(f"{what}: this engine trains no LoRA adapter")
+
     def save_hf(
         self, directory: Union[str, os.PathLike], dtype: Optional[torch.dtype] = None
     ) -> Path:

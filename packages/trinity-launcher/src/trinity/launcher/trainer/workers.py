@@ -461,6 +461,22 @@ class RemoteEngine:
         engines directly."""
         return self.group.rank0_ref(self.role, "state_dict")
 
+    def adapter_state_dict_ref(self) -> Any:
+        """Rank 0's LoRA adapter (PEFT format) as a Ray object reference, as
+        :meth:`state_dict_ref` hands on the full weights."""
+        return self.group.rank0_ref(self.role, "adapter_state_dict")
+
+    def adapter_state_dict(self) -> dict[str, Tensor]:
+        import ray
+
+        return ray.get(self.adapter_state_dict_ref())
+
+    def save_lora_adapter(self, directory: Any) -> Any:
+        return self.group.run_all(self.role, "save_lora_adapter", str(directory))[0]
+
+    def weight_sync_bytes(self, adapter_only: bool = False) -> int:
+        return int(self.group.run_all(self.role, "weight_sync_bytes", adapter_only)[0])
+
     def weight_sync_address(self) -> tuple[str, int]:
         """Rank 0's node and a free port there (rank 0 hosts the weight-sync group)."""
         import ray
