@@ -96,8 +96,7 @@ def side(model: str, kind: str, rank: int) -> dict:
         "params": sum(p.numel() for p in params),
         "trainable": sum(p.numel() for p in trainable),
         "merged_mib": merged / 2**20,
-        "sync_mib": (sum(t.numel() * t.element_size() for t in adapter.values()) or merged)
-        / 2**20,
+        "sync_mib": (sum(t.numel() * t.element_size() for t in adapter.values()) or merged) / 2**20,
     }
 
 
