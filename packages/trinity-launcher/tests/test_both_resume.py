@@ -46,7 +46,7 @@ def write_config(tmp_path, both_config):
             name,
             tasks,
             project="resume",
-            algorithm={"repeat_times": REPEAT},
+            algorithm={"repeat_times": REPEAT, **over.pop("algorithm", {})},
             buffer={"batch_size": BATCH, "total_epochs": EPOCHS, **over.pop("buffer", {})},
             synchronizer={"sync_offset": 1, **over.pop("synchronizer", {})},
             monitor={"monitor_type": "tensorboard"},
@@ -378,3 +378,41 @@ def test_metrics_after_the_checkpoint_are_dropped(tmp_path):
     assert path.read_text() == "\n".join(lines[:2]) + "\n"
     assert truncate_metrics(str(path), 2) == 0
     assert truncate_metrics(str(tmp_path / "none.jsonl"), 2) == 0
+
+
+@pytest.mark.slow
+def test_a_killed_lora_run_resumes_its_adapter(tmp_path, write_config):
+    """A LoRA run (the engines serving base + adapter, adapter-only syncs) SIGKILLed once a
+    checkpoint exists: the same command resumes from it, trains every step once, and the
+    engines serve the resumed adapter -- the rollouts' log-probs of every step are the
+    trainer's own (``rollout_corr/log_ppl_abs_diff`` near 0; the base model, or a fresh
+    adapter, would be far off)."""
+    config = write_config(
+        "lora",
+        model={"lora_configs": [{"lora_rank": 8, "lora_alpha": 16}]},
+        algorithm={
+            "optimizer": {"lr": 2e-2},
+            "kl_loss_fn": "k3",
+            "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0},
+        },
+        synchronizer={"sync_offset": 0},
+    )
+    run = job_dir(tmp_path, "lora")
+    latest = run / "latest_checkpointed_iteration.txt"
+    kill_when(config, tmp_path / "killed.log", latest.exists)
+    ckpt = int(latest.read_text())
+    assert 2 <= ckpt < STEPS, f"killed at checkpoint {ckpt}, not mid-run"
+    actor = run / f"global_step_{ckpt}" / "actor"
+    assert not list(actor.glob("huggingface/*.safetensors"))  # the checkpoint: adapter only
+
+    out = run_to_end(config, tmp_path / "resumed.log")
+    assert f"Resuming mode both from global_step_{ckpt}" in out
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    adapter = {r["sync/weight_bytes"] for r in rows if "sync/weight_bytes" in r}
+    assert len(adapter) == 1 and adapter.pop() < 200_000  # the adapter, not the model
+    diffs = [r["rollout_corr/log_ppl_abs_diff"] for r in rows]
+    assert max(diffs) < 1e-3, diffs
+    # ... and that policy is not the base model's: the KL to the reference (the base, the
+    # adapter disabled) grew, so serving the base would have shown in the check above
+    assert rows[0]["actor/kl_loss"] == 0.0 < rows[-1]["actor/kl_loss"]
