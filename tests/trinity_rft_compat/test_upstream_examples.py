@@ -319,3 +319,70 @@ def test_path_rewriting_touches_only_paths(tmp_path: Path) -> None:
     assert out["buffer"]["trainer_input"]["experience_buffer"]["path"] == "/d"
     assert out["trainer"] == {"ppo_max_token_len_per_gpu": 16384}
     assert out["checkpoint_root_dir"] == str(tmp_path / "checkpoints")
+
+
+#: ``key=value`` overrides that scale an example down to a 2-core CPU and two steps: what a
+#: user trying a GPU example on a laptop passes on the command line (the paths are rewritten
+#: as for the dry run; nothing else of the example changes)
+LAPTOP_OVERRIDES = (
+    "cluster.gpu_per_node=0",
+    "explorer.rollout_model.engine_num=1",
+    "explorer.runner_per_model=2",
+    "algorithm.repeat_times=2",
+    "buffer.batch_size=2",
+    "buffer.total_steps=2",
+    "buffer.explorer_input.eval_tasksets=[]",
+    "model.max_response_tokens=8",
+    "model.max_model_len=256",
+)
+LORA_EXAMPLE = EXAMPLES / "examples" / "grpo_lora_gsm8k" / "gsm8k.yaml"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not LORA_EXAMPLE.is_file(),
+    reason=f"{LORA_EXAMPLE} not fetched (`python tests/trinity_rft_compat/fetch_upstream.py "
+    "--examples`)",
+)
+def test_the_grpo_lora_gsm8k_example_runs_a_few_steps(stand_ins: dict[str, str]) -> None:
+    """Trinity-RFT 0.6's LoRA example, model and data local, scaled down to a CPU with
+    ``key=value`` overrides: it trains two steps, the engines get the adapter alone through
+    ``global_step_N/actor/lora_adapter`` (its ``sync_method: checkpoint``, as 0.6 does) and
+    serve it under the example's adapter name."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("vllm")
+    pytest.importorskip("verl")
+    work = Path(stand_ins["work"])
+    config = rewrite_paths(yaml.safe_load(LORA_EXAMPLE.read_text(encoding="utf-8")), stand_ins)
+    path = work / "configs" / "grpo_lora_gsm8k.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **example_env(stand_ins))
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "trinity-launch"), str(path), *LAPTOP_OVERRIDES],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    run = work / "checkpoints" / "Trinity-RFT-gsm8k" / "qwen2.5-1.5B-gsm8k"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "actor/loss" in r]
+    assert [r["step"] for r in trained] == [1, 2]
+    adapter = run / "global_step_1" / "actor" / "lora_adapter"
+    saved = json.loads((adapter / "adapter_config.json").read_text())
+    assert (saved["r"], saved["lora_alpha"]) == (16, 16)
+    synced = {r["sync/weight_bytes"] for r in rows if "sync/weight_bytes" in r}
+    assert synced == {(adapter / "adapter_model.safetensors").stat().st_size - _header(adapter)}
+
+
+def _header(adapter: Path) -> int:
+    """Bytes of the safetensors header of ``adapter``'s weights (the rest is the tensors)."""
+    import struct
+
+    with open(adapter / "adapter_model.safetensors", "rb") as f:
+        return 8 + struct.unpack("<Q", f.read(8))[0]

@@ -886,5 +886,5 @@ def test_lora_takes_one_adapter_and_refuses_what_it_cannot_honour() -> None:
     assert "has 2 entries" in issue_at(error, "model.lora_configs").message
     error = load_error({"model": {"lora_configs": [{"is_dummy": True, "name": "a"}]}})
     assert "not supported yet" in issue_at(error, "model.lora_configs[0].is_dummy").message
-    assert "allowed: null" in issue_at(error, "model.lora_configs[0].name").message
+    assert not [i for i in error.errors if i.path == "model.lora_configs[0].name"]  # engines' name
     assert load_config({"model": {"lora_configs": []}}).model.lora_configs == []

@@ -112,7 +112,7 @@ def test_an_adapter_update_serves_base_plus_adapter_and_leaves_the_base(
         dtype="float32",
         enforce_eager=True,
         seed=0,
-        lora=lora_settings(model_dir),
+        lora=lora_settings(model_dir, lora_name="gsm8k"),
     )
     engine = create_engine(settings)
 
@@ -138,6 +138,7 @@ def test_an_adapter_update_serves_base_plus_adapter_and_leaves_the_base(
             served["version"] = await engine.get_model_version()
             if engine_type == "vllm":
                 served["loaded"] = list(engine._loaded_loras)
+                served["name"] = engine._lora.lora_name
             return served
         finally:
             await engine.shutdown()
@@ -154,6 +155,7 @@ def test_an_adapter_update_serves_base_plus_adapter_and_leaves_the_base(
     if engine_type == "vllm":
         # the current adapter and the previous one stay loaded; older staged copies are gone
         assert len(served["loaded"]) == 2
+        assert served["name"] == "gsm8k-3"  # model.lora_configs[0].name, adapter number 3
         assert all(d is None or not os.path.exists(d) for _, d in served["loaded"])
 
 
@@ -223,11 +225,13 @@ def test_engine_settings_carry_the_adapter_only_for_the_rollout_model(model_dir)
     from trinity.launcher.engines import engine_settings
 
     base = {"model": {"model_path": model_dir, "max_model_len": 64}}
-    lora = {"model": dict(base["model"], lora_configs=[{"lora_rank": RANK, "lora_alpha": ALPHA}])}
+    adapter = {"lora_rank": RANK, "lora_alpha": ALPHA, "name": "gsm8k"}
+    lora = {"model": dict(base["model"], lora_configs=[adapter])}
     config = load_config(lora)
     assert config.explorer.rollout_model.enable_lora is True  # on by default with an adapter
     settings = engine_settings(config.explorer.rollout_model, config.model)
     assert settings.lora["lora_rank"] == RANK and settings.lora["model_path"] == model_dir
+    assert settings.lora["lora_name"] == "gsm8k"
     merged = load_config(
         {**lora, "explorer": {"rollout_model": {"enable_lora": False}}}
     )  # the user's choice: merged weights

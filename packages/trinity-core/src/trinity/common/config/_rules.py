@@ -116,7 +116,7 @@ def _rule_model(c: _Checker, cfg: Config) -> None:
         _set_derived(model, "min_response_tokens", new)
 
 
-#: what serving the adapter by a name of its own would need
+#: what serving the adapter under a base model name of its own would need
 _LORA_SERVED_MERGED = (
     "is not supported yet: the rollout engines serve the adapter to Trinity's own requests "
     "only (workflows do not choose a model by name); allowed: null"
@@ -154,10 +154,13 @@ def _rule_lora(c: _Checker, cfg: Config) -> None:
             "is_dummy) is not supported yet: without path a new adapter starts blank in the "
             "trainer; allowed: false (leave path out for a new adapter)",
         )
-    for name in ("name", "base_model_name"):
-        if getattr(lora, name) is not None:
-            value = getattr(lora, name)
-            c.error(at + (name,), value, f"{value!r}: an adapter {name} {_LORA_SERVED_MERGED}")
+    if lora.base_model_name is not None:
+        value = lora.base_model_name
+        c.error(
+            at + ("base_model_name",),
+            value,
+            f"{value!r}: an adapter base_model_name {_LORA_SERVED_MERGED}",
+        )
     _check_lora_dtype(c, at + ("lora_dtype",), lora.lora_dtype)
     if lora.path is not None and c.run_checks:
         _check_lora_adapter_dir(c, at, lora)

@@ -147,7 +147,9 @@ class LoRAConfig(_Section):
     base weights and trains the adapter; the rollout engines serve base + adapter and get the
     adapter alone on sync (``explorer.rollout_model.enable_lora``)."""
 
-    name: Optional[str] = Field(None, description="Adapter name in the engines: not supported yet.")
+    name: Optional[str] = Field(
+        None, description="The adapter's name in the engines (vLLM: '<name>-<N>' per sync)."
+    )
     path: Optional[str] = Field(
         None, description="A PEFT adapter directory to continue; a new adapter if unset."
     )

@@ -193,6 +193,8 @@ def _served_adapter(model_cfg: Any, model: Any, model_path: Any) -> Optional[dic
         settings,
         model_path=str(model_path),
         trust_remote_code=bool(getattr(model, "trust_remote_code", False)),
+        # the adapter's name in the engines (vLLM: ``<name>-<N>`` per version)
+        lora_name=model.lora_configs[0].name,
     )
 
 

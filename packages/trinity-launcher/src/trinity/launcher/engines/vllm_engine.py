@@ -195,7 +195,7 @@ class VLLMEngine(BaseRolloutEngine):
         if path:  # a continued adapter: served from the start (model version 0)
             from vllm.lora.request import LoRARequest
 
-            self._lora = LoRARequest("trinity-lora-1", 1, str(path))
+            self._lora = LoRARequest(self._lora_name(1), 1, str(path))
             await self.llm.add_lora(self._lora)
             self._loaded_loras.append((1, None))
         if self.settings.enable_openai_api:
@@ -378,6 +378,11 @@ class VLLMEngine(BaseRolloutEngine):
         await self._load_full_weights(weights)
         self._lora = None  # merged weights (nccl): served without an adapter from now on
 
+    def _lora_name(self, lora_id: int) -> str:
+        """vLLM tells adapters apart by name: ``model.lora_configs[0].name`` (default
+        ``trinity-lora``) and the adapter's number."""
+        return f"{(self.settings.lora or {}).get('lora_name') or 'trinity-lora'}-{lora_id}"
+
     async def _load_adapter(self, weights: dict[str, Tensor]) -> None:
         """Serve the adapter ``weights`` (PEFT names) from the next request on."""
         from vllm.lora.request import LoRARequest
@@ -398,7 +403,7 @@ class VLLMEngine(BaseRolloutEngine):
         directory = tempfile.mkdtemp(prefix=f"trinity-lora-{self.settings.engine_id}-", dir=shm)
         try:
             await asyncio.to_thread(write_adapter, directory, weights, config)
-            request = LoRARequest(f"trinity-lora-{lora_id}", lora_id, directory)
+            request = LoRARequest(self._lora_name(lora_id), lora_id, directory)
             await self.llm.add_lora(request)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
