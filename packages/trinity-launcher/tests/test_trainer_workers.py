@@ -358,3 +358,39 @@ def test_nccl_falls_back_to_memory_where_the_trainer_and_an_engine_share_a_gpu()
     asyncio.run(sync.push(3))
     assert sync.method == "memory"
     assert received == [({"w": torch.ones(1)}, 3)]
+
+
+def test_a_failed_rank_is_raised_at_once_and_a_stuck_call_is_bounded(ray_cluster, monkeypatch):
+    """A rank's error surfaces as soon as that rank fails, not when its peers (which may be
+    blocked in a collective with it) finish; a call still running at the trainer-call limit
+    ends with ``TimeoutError`` naming the call and the ranks."""
+    import time
+
+    from trinity.launcher.trainer.workers import CALL_TIMEOUT_ENV, TrainerWorkerGroup
+
+    class Toy:  # defined here: pickled by value into the rank actors
+        def __init__(self) -> None:
+            import os
+
+            self.rank = int(os.environ["RANK"])
+
+        def work(self, fail_rank: int, seconds: float) -> int:
+            import time
+
+            if self.rank == fail_rank:
+                raise ValueError(f"rank {self.rank} failed")
+            time.sleep(seconds)
+            return self.rank
+
+    group = TrainerWorkerGroup(2, {"toy": Toy}, "cpu", threads=1)
+    try:
+        assert group.run_all("toy", "work", -1, 0) == [0, 1]
+        began = time.monotonic()
+        with pytest.raises(ValueError, match="rank 1 failed"):
+            group.run_all("toy", "work", 1, 300)  # rank 0 would sleep 300 s
+        assert time.monotonic() - began < 60
+        monkeypatch.setenv(CALL_TIMEOUT_ENV, "2")
+        with pytest.raises(TimeoutError, match=r"toy\.work: rank\(s\) \[0, 1\] did not finish"):
+            group.run_all("toy", "work", -1, 300)
+    finally:
+        group.shutdown()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, Union
 
@@ -36,6 +37,25 @@ from trinity.common.experience import Experiences
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
+
+#: a warning names the trainer ranks still running a call every this many seconds
+WAIT_LOG_S = 300.0
+#: the environment variable that sets :data:`CALL_TIMEOUT_S`
+CALL_TIMEOUT_ENV = "TRINITY_TRAINER_CALL_TIMEOUT"
+#: seconds one call on the trainer's ranks (a train step, a checkpoint, a weight export) may
+#: take before the run stops with ``TimeoutError``, unless :data:`CALL_TIMEOUT_ENV` says
+#: otherwise (a stuck collective ends sooner, at the process group's own timeout)
+CALL_TIMEOUT_S = 4 * 3600.0
+
+
+def call_timeout_s() -> float:
+    """The bound on one trainer call (:data:`CALL_TIMEOUT_S`, or :data:`CALL_TIMEOUT_ENV`)."""
+    return float(os.environ.get(CALL_TIMEOUT_ENV) or CALL_TIMEOUT_S)
+
+
+#: seconds rank 0 may take to start and report its address
+_START_TIMEOUT_S = 600.0
+_POLL_S = 5.0
 
 __all__ = [
     "RemoteEngine",
@@ -299,8 +319,9 @@ class TrainerWorkerGroup:
         if device == "cpu" and threads is None:
             threads = max(1, (os.cpu_count() or 1) // world_size)
         try:
-            addr, port = ray.get(self.workers[0].address.remote())
-            ray.get([w.setup.remote(addr, port, dict(builders), threads) for w in self.workers])
+            addr, port = ray.get(self.workers[0].address.remote(), timeout=_START_TIMEOUT_S)
+            setups = [w.setup.remote(addr, port, dict(builders), threads) for w in self.workers]
+            self._gather(setups, "setup")
         except BaseException:
             self.shutdown()
             raise
@@ -319,7 +340,7 @@ class TrainerWorkerGroup:
             w.call.remote(role, method, *args, **kwargs)
             for w, args in zip(self.workers, per_rank_args, strict=True)
         ]
-        return ray.get(refs)
+        return ray.get(self._gather(refs, f"{role}.{method}"))
 
     def run_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list:
         """``method`` on every rank with the same arguments; the results."""
@@ -329,12 +350,46 @@ class TrainerWorkerGroup:
         """Run ``method`` on every rank and return rank 0's result as a Ray object reference
         (after every rank has finished), e.g. a full state dict handed on to rollout engines
         without passing through the driver."""
-        import ray
 
         refs = [w.call_rank0.remote(role, method, *args, **kwargs) for w in self.workers]
-        ray.wait(refs, num_returns=len(refs))
-        ray.get(refs[1:])  # raise a rank's error
+        self._gather(refs, f"{role}.{method}")
         return refs[0]
+
+    def _gather(self, refs: list, what: str) -> list:
+        """Wait for every rank's ``refs``; returns them, all finished.
+
+        A rank that fails (its error, or ``ActorDiedError`` for a rank whose process died) is
+        raised as soon as it is known: the other ranks may be blocked in a collective with it,
+        which only the process group's own timeout (gloo 30 min, NCCL 10 min) would end.
+        While ranks are still running, a warning names them every :data:`WAIT_LOG_S` seconds;
+        a rank alive but stuck outside a collective is ended by :func:`call_timeout_s`
+        (``TimeoutError`` naming the call and the ranks).
+        """
+        import ray
+
+        limit = call_timeout_s()
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}
+        pending, began = list(refs), time.monotonic()
+        next_log = began + WAIT_LOG_S
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=_POLL_S)
+            for ref in done:
+                ray.get(ref)  # a rank's error, at once
+            waited = time.monotonic() - began
+            if pending and waited >= limit:
+                raise TimeoutError(
+                    f"trainer call {what}: rank(s) {sorted(rank_of[r] for r in pending)} did not "
+                    f"finish within {limit:.0f} s ({CALL_TIMEOUT_ENV} sets the limit)"
+                )
+            if pending and time.monotonic() >= next_log:
+                logger.warning(
+                    "trainer call %s: rank(s) %s still running after %.0f s",
+                    what,
+                    sorted(rank_of[r] for r in pending),
+                    waited,
+                )
+                next_log += WAIT_LOG_S
+        return refs
 
     def shutdown(self) -> None:
         import ray
