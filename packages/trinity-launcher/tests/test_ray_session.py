@@ -70,12 +70,25 @@ class _FlakyRay:
     """Stands for the ``ray`` module in the retry policy: its first ``fails`` starts time out
     as Ray's own node start does on a busy machine."""
 
-    def __init__(self, fails: int, message: str = "The current node timed out during startup."):
-        self.fails, self.message = fails, message
+    def __init__(
+        self,
+        fails: int,
+        message: str = "The current node timed out during startup.",
+        spawn: bool = False,
+    ):
+        self.fails, self.message, self.spawn = fails, message, spawn
         self.inits = self.shutdowns = 0
+        self.started: list = []
 
     def init(self, **kwargs):
         self.inits += 1
+        if self.spawn:  # as Ray's local start does: its node's processes, children of ours
+            import subprocess
+            import sys
+
+            self.started.append(
+                subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            )
         if self.inits <= self.fails:
             raise Exception(self.message)  # Ray raises a bare Exception here
 
@@ -106,6 +119,23 @@ def test_a_local_start_that_times_out_is_tried_again():
     with pytest.raises(Exception, match="GCS"):
         _init_with_retries(ray, {"num_cpus": 2})
     assert (ray.inits, ray.shutdowns) == (1, 0)
+
+
+def test_a_failed_local_start_leaves_no_process_running():
+    """The processes a timed-out start left (Ray's GCS, raylet, dashboard...) are stopped
+    before the next attempt; the successful attempt's stay."""
+    from trinity.launcher.run.ray_session import _init_with_retries
+
+    ray = _FlakyRay(fails=1, spawn=True)
+    try:
+        _init_with_retries(ray, {"num_cpus": 2})
+        failed, started = ray.started
+        assert failed.wait(timeout=10) is not None  # stopped
+        assert started.poll() is None  # still running
+    finally:
+        for proc in ray.started:
+            proc.kill()
+            proc.wait()
 
 
 # ---------------------------------------------------------------- a Ray head that is not there

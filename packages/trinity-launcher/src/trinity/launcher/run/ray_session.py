@@ -173,13 +173,20 @@ def _init_with_retries(ray: Any, kwargs: dict[str, Any]) -> None:
     existing cluster is not retried: its failure says something about that cluster.
     """
     for attempt in range(1, STARTUP_ATTEMPTS + 1):
+        before = _child_pids()
         try:
             ray.init(**kwargs)
             return
         except Exception as exc:  # Ray raises a bare Exception for this
             if "address" in kwargs or _STARTUP_TIMEOUT not in str(exc):
                 raise
-            ray.shutdown()  # what the failed start left behind
+            ray.shutdown()
+            # ray.shutdown() does not stop the processes of a node that never registered:
+            # the failed start's GCS, raylet, dashboard and log monitor (~330 MB) would run
+            # until this process exits
+            stopped = _stop_new_children(before)
+            if stopped:
+                logger.info("stopped %d process(es) of the failed Ray start", stopped)
             if attempt == STARTUP_ATTEMPTS:
                 raise
             logger.warning(
@@ -188,3 +195,26 @@ def _init_with_retries(ray: Any, kwargs: dict[str, Any]) -> None:
                 attempt,
                 STARTUP_ATTEMPTS,
             )
+
+
+def _child_pids() -> set[int]:
+    """The pids of this process's descendants."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _stop_new_children(before: set[int], grace: float = 5.0) -> int:
+    """Terminate (then kill, after ``grace`` seconds) this process's descendants not in
+    ``before``: what a failed ``ray.init`` started. Returns how many there were."""
+    import psutil
+
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    for proc in new:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(new, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    return len(new)
