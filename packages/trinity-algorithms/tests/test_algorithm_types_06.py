@@ -241,7 +241,7 @@ def test_distillation_refuses_builtin_workflows_without_teacher_logprobs(
     message = str(info.value)
     assert message.startswith(f"algorithm.algorithm_type {name!r} ")
     assert "'math_workflow' does not" in message and "teacher_logprobs" in message
-    assert "on_policy_distill_workflow is not supported yet" in message
+    assert "Use on_policy_distill_workflow or on_policy_distill_math_workflow" in message
 
 
 @pytest.mark.parametrize("name", ["on_policy_distill", "jsd"])

@@ -112,6 +112,18 @@ WORKFLOW_ATTRS = {
         "responses": ["<answer>4</answer>", "<answer>5</answer>"],
         "auxiliary_responses": (_judge,),
     },
+    "on_policy_distill_workflow": {  # the auxiliary model is the teacher (scores only)
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["So \\boxed{4}", "\\boxed{5}"],
+        "auxiliary_responses": ("never asked to generate",),
+    },
+    "on_policy_distill_math_workflow": {
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": ["So \\boxed{4}", "The answer is 5"],
+        "auxiliary_responses": ("never asked to generate",),
+    },
     "math_eval_workflow": {
         "task_args": MATH,
         "other_task_args": MATH_OTHER,

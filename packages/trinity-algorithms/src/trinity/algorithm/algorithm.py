@@ -447,26 +447,34 @@ class GiGPOAlgorithm(DeclarativeAlgorithmType):
     }
 
 
-def _builtin_workflows_without_teacher(config: Config) -> list[str]:
-    """The train task sets' workflows that cannot supply teacher log-probs: this release's
-    own workflows (``trinity.*`` modules), none of which writes ``Experience.teacher_logprobs``.
-    A workflow from elsewhere (a plugin) may, and unknown names are reported by the name check,
-    so both are left out."""
+def _train_workflows(config: Config) -> list[tuple[str, Any]]:
+    """``(name, class)`` of the train task sets' workflows (unknown names are left to the
+    name check)."""
     from trinity.common.workflows.workflow import WORKFLOWS
 
     explorer_input = config.buffer.explorer_input
-    found: list[str] = []
+    found: list[tuple[str, Any]] = []
     for taskset in explorer_input.get_tasksets():
         name = taskset.default_workflow_type or explorer_input.default_workflow_type
-        if not name:
+        if not name or name in (n for n, _ in found):
             continue
         try:
-            workflow = WORKFLOWS.get(name)
+            found.append((name, WORKFLOWS.get(name)))
         except (KeyError, ValueError):
             continue
-        if workflow.__module__.split(".")[0] == "trinity" and name not in found:
-            found.append(name)
     return found
+
+
+def _builtin_workflows_without_teacher(config: Config) -> list[str]:
+    """The train task sets' workflows that cannot supply teacher log-probs: this release's
+    own workflows (``trinity.*`` modules) but the distillation ones (``writes_teacher_logprobs``).
+    A workflow from elsewhere (a plugin) may write them, so it is left out."""
+    return [
+        name
+        for name, workflow in _train_workflows(config)
+        if workflow.__module__.split(".")[0] == "trinity"
+        and not getattr(workflow, "writes_teacher_logprobs", False)
+    ]
 
 
 class _TeacherDistillation(DeclarativeAlgorithmType):
@@ -475,11 +483,12 @@ class _TeacherDistillation(DeclarativeAlgorithmType):
     and the rollout's log-probs) says how much more the teacher likes it.
 
     The teacher's log-probs must come with the experiences: a workflow scores the rollout with
-    a teacher (e.g. ``explorer.auxiliary_models``' ``logprobs``) and sets
-    ``Experience.teacher_logprobs``. No workflow of this release does (Trinity-RFT's
-    ``on_policy_distill_workflow`` is not shipped yet), so :meth:`check_config` refuses a run
-    that explores with one of them rather than failing at its first train step; a plugin
-    workflow, or ``mode: train`` on stored experiences that carry them, is accepted.
+    a teacher (``on_policy_distill_workflow`` / ``on_policy_distill_math_workflow``: the first
+    of ``explorer.auxiliary_models``) and sets ``Experience.teacher_logprobs``.
+    :meth:`check_config` refuses a run that explores with another built-in workflow, or with
+    a distillation workflow but no auxiliary model, rather than failing at its first train
+    step; a plugin workflow, or ``mode: train`` on stored experiences that carry them, is
+    accepted.
     """
 
     compute_advantage_in_trainer = True
@@ -498,10 +507,22 @@ class _TeacherDistillation(DeclarativeAlgorithmType):
             raise ValueError(
                 f"algorithm.algorithm_type {cls.name()!r} trains on the teacher's log-probs of "
                 f"the sampled tokens (Experience.teacher_logprobs), which the workflow must "
-                f"write; {', '.join(map(repr, builtin))} does not (no workflow of this release "
-                "does: Trinity-RFT's on_policy_distill_workflow is not supported yet). Use a "
-                "workflow that scores each response with a teacher model (e.g. "
-                "explorer.auxiliary_models) and sets teacher_logprobs"
+                f"write; {', '.join(map(repr, builtin))} does not. Use "
+                "on_policy_distill_workflow or on_policy_distill_math_workflow (the teacher "
+                "is explorer.auxiliary_models[0]), or a workflow of your own that sets "
+                "teacher_logprobs"
+            )
+        distilling = [
+            name
+            for name, workflow in _train_workflows(config)
+            if getattr(workflow, "writes_teacher_logprobs", False)
+        ]
+        if distilling and not config.explorer.auxiliary_models:
+            raise ValueError(
+                f"{', '.join(map(repr, distilling))} scores the student's samples with a "
+                "teacher model, and explorer.auxiliary_models is empty; allowed: the teacher "
+                "as explorer.auxiliary_models[0] (its model_path; it must share the student's "
+                "tokenizer)"
             )
         return []
 
