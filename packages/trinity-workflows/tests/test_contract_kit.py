@@ -124,6 +124,18 @@ WORKFLOW_ATTRS = {
         "responses": ["So \\boxed{4}", "The answer is 5"],
         "auxiliary_responses": ("never asked to generate",),
     },
+    "rubric_judge_workflow": {
+        "task_args": {
+            "raw_task": {"prompt": "Capital of France?", "rubric": [{"description": "Paris"}]}
+        },
+        "other_task_args": {"raw_task": {"prompt": "Capital of Spain?", "rubric": []}},
+        "responses": ["Paris.", "Lyon."],
+        "auxiliary_responses": ('```json {"rating": 8} ```',),
+    },
+    "rubric_judge_openai_workflow": {
+        "unavailable": "needs an external OpenAI-compatible judge API (test_rubric_judge.py "
+        "runs it against a local HTTP server)",
+    },
     "math_eval_workflow": {
         "task_args": MATH,
         "other_task_args": MATH_OTHER,
