@@ -490,7 +490,8 @@ def _main_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trinity",
         description="Trinity RFT command line: run a job, generate a config (studio), plot a "
-        "run's reward curve, convert a trainer checkpoint to a Hugging Face model.",
+        "run's reward curve, convert a trainer checkpoint to a Hugging Face model, follow a "
+        "run's logs.",
     )
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -560,12 +561,15 @@ def _main_parser() -> argparse.ArgumentParser:
         "adapter (adapter_config.json, adapter_model.safetensors); no effect on a full "
         "fine-tuning checkpoint",
     )
+    from trinity.launcher.log_follow import add_log_parser
+
+    add_log_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``trinity run --config config.yaml [KEY=VALUE ...] [--plugin-dir DIR]``, ``trinity
-    studio``, ``trinity plot``, ``trinity convert``."""
+    studio``, ``trinity plot``, ``trinity convert``, ``trinity log``."""
     parser = _main_parser()
     args = _parse(parser, argv)
     if args.command == "convert":
@@ -613,6 +617,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ConsoleOptions.from_args(args),
             overrides=args.overrides,
         )
+    if args.command == "log":
+        from trinity.launcher.log_follow import log_main
+
+        return log_main(args)
     if args.command == "studio":
         from trinity.manager.studio import run_studio
 
