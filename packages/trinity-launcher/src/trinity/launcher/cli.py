@@ -491,7 +491,7 @@ def _main_parser() -> argparse.ArgumentParser:
         prog="trinity",
         description="Trinity RFT command line: run a job, generate a config (studio), plot a "
         "run's reward curve, convert a trainer checkpoint to a Hugging Face model, follow a "
-        "run's logs.",
+        "run's logs, debug a workflow.",
     )
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -561,15 +561,17 @@ def _main_parser() -> argparse.ArgumentParser:
         "adapter (adapter_config.json, adapter_model.safetensors); no effect on a full "
         "fine-tuning checkpoint",
     )
+    from trinity.launcher.debug import add_debug_parser
     from trinity.launcher.log_follow import add_log_parser
 
     add_log_parser(sub)
+    add_debug_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``trinity run --config config.yaml [KEY=VALUE ...] [--plugin-dir DIR]``, ``trinity
-    studio``, ``trinity plot``, ``trinity convert``, ``trinity log``."""
+    studio``, ``trinity plot``, ``trinity convert``, ``trinity log``, ``trinity debug``."""
     parser = _main_parser()
     args = _parse(parser, argv)
     if args.command == "convert":
@@ -617,6 +619,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ConsoleOptions.from_args(args),
             overrides=args.overrides,
         )
+    if args.command == "debug":
+        from trinity.launcher.debug import debug_main
+
+        return debug_main(args)
     if args.command == "log":
         from trinity.launcher.log_follow import log_main
 
