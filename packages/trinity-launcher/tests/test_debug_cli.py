@@ -124,3 +124,40 @@ def test_disable_overwrite_picks_a_new_directory_only_when_needed(tmp_path):
     (target / "x").write_text("")
     assert output_dir_for(str(target), False) == target
     assert output_dir_for(str(target), True).name.startswith("out_")
+
+
+@pytest.mark.slow
+def test_inference_model_serves_the_openai_api_until_interrupted(
+    tmp_path, model_path, arithmetic_tasks
+):
+    import signal
+    import time
+    import urllib.request
+
+    pytest.importorskip("vllm")
+    config = _config(tmp_path, model_path, arithmetic_tasks(tmp_path, 2), "arithmetic_workflow")
+    data = yaml.safe_load(config.read_text())
+    data["explorer"]["rollout_model"] = {"engine_type": "vllm"}
+    config.write_text(yaml.safe_dump(data))
+    proc = subprocess.Popen(
+        [TRINITY, "debug", "-c", str(config), "-m", "inference_model"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        deadline, address = time.monotonic() + 300, None
+        while address is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, "trinity debug ended before serving"
+            if "OpenAI API at " in line:
+                address = line.split("OpenAI API at ", 1)[1].strip()
+        with urllib.request.urlopen(f"{address}/models", timeout=30) as reply:
+            assert model_path in reply.read().decode()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -191,10 +192,19 @@ async def _serve(config: Any) -> None:
     try:
         for engine in engines:
             address = await engine.get_api_address()
-            print(f"{engine.settings.display_name}: OpenAI API at {address}/v1", flush=True)
+            name, kind = engine.settings.display_name, engine.settings.engine_type
+            if address:
+                print(f"{name}: OpenAI API at {address}/v1", flush=True)
+            else:
+                print(f"{name}: engine_type {kind!r} serves no OpenAI API (vllm does)", flush=True)
+        # vLLM's server takes SIGINT / SIGTERM for itself on this thread's loop; they end
+        # the serving here instead (the engines and their servers are shut down below)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         print("Serving until Ctrl+C", flush=True)
-        while True:
-            await asyncio.sleep(3600)
+        await stop.wait()
     finally:
         for engine in engines:
             await engine.shutdown()
