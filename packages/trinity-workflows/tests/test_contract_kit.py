@@ -52,6 +52,12 @@ def _ruler_judge(messages, sample_index):
     return "The first is right, the second is not.\n[1.0, 0.0]"
 
 
+def _self_judge(messages, sample_index):
+    if messages[0]["content"].startswith("You are an impartial judge"):
+        return "[1.0, 0.0]"
+    return ["<answer>4</answer>", "<answer>5</answer>"][sample_index % 2]
+
+
 def _sudoku_player(messages, sample_index):
     """Fill the first empty cell with the smallest digit that keeps the board consistent."""
     from trinity.workflows.envs.sudoku_board import is_consistent
@@ -135,6 +141,11 @@ WORKFLOW_ATTRS = {
     "rubric_judge_openai_workflow": {
         "unavailable": "needs an external OpenAI-compatible judge API (test_rubric_judge.py "
         "runs it against a local HTTP server)",
+    },
+    "math_trainable_ruler_workflow": {  # the policy judges its own group
+        "task_args": MATH,
+        "other_task_args": MATH_OTHER,
+        "responses": _self_judge,
     },
     "math_eval_workflow": {
         "task_args": MATH,

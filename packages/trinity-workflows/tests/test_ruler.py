@@ -167,3 +167,45 @@ def test_async_twin():
         [judge],
     )
     assert [e.reward for e in exps] == [1.0, 0.5, 0.0]
+
+
+# ---------------------------------------------------------------- the policy as its own judge
+def _policy(messages, sample_index):
+    """Answers the question; asked to judge (the RULER system prompt), scores the group."""
+    if messages[0]["content"].startswith("You are an impartial judge"):
+        return ["[1.0, 0.0, 0.0]", "I think [0.5, 0.5, 0.5]", "no list"][sample_index % 3]
+    return ANSWERS[sample_index % 3]
+
+
+def test_trainable_ruler_with_the_reference_trains_the_judging_too():
+    model = FakeModelWrapper(_policy)
+    task = _task(
+        {"question": "2+2?", "answer": "4"},
+        workflow="math_trainable_ruler_workflow",
+        workflow_args={"ground_truth_probability": 1.0},
+        task_id=0,
+    )
+    exps = run_task(task, model)
+    answers, judged = exps[:3], exps[3:]
+    assert [e.reward for e in answers] == [1.1, -0.1, -0.1]  # the gold rewards
+    assert len(judged) == 3 and {e.eid.task for e in judged} == {"0-ruler"}
+    assert {e.eid.task for e in answers} == {0}  # the answers' group is the task's
+    assert [e.eid.run for e in judged] == [0, 1, 2]
+    # 1 - mean |score - scaled gold|, scaled gold = [1.0, 0.0, 0.0]
+    assert [e.reward for e in judged] == pytest.approx([1.0, 1 - (0.5 + 0.5 + 0.5) / 3, 0.0])
+    assert all(e.metrics["judge_success"] == pytest.approx(2 / 3) for e in exps)
+    # the policy judged: no auxiliary model
+    assert len(model.calls_of("chat")) == 2
+
+
+def test_trainable_ruler_without_the_reference_rewards_the_policys_scores():
+    model = FakeModelWrapper(_policy)
+    task = _task(
+        {"question": "2+2?", "answer": "4"},
+        workflow="math_trainable_ruler_workflow",
+        workflow_args={"ground_truth_probability": 0.0},
+    )
+    exps = run_task(task, model)
+    assert [e.reward for e in exps] == [1.0, 0.0, 0.0]  # the one judge sample's scores
+    assert [e.metrics["gold_reward"] for e in exps] == [1.1, -0.1, -0.1]
+    assert all(e.metrics["judge_success"] == 1.0 for e in exps)

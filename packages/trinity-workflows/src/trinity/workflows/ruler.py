@@ -36,6 +36,7 @@ from trinity.workflows.single_turn import MathWorkflow, SingleTurnArgs
 __all__ = [
     "AsyncMathRULERWorkflow",
     "MathRULERWorkflow",
+    "MathTrainableRULERWorkflow",
     "ask_judge",
     "build_ruler_messages",
     "parse_ruler_scores",
@@ -223,3 +224,102 @@ class MathRULERWorkflow(MathWorkflow):
 class AsyncMathRULERWorkflow(MathRULERWorkflow):
     """Trinity-RFT's ``async_math_ruler_workflow``: :class:`MathRULERWorkflow` (async here
     already)."""
+
+
+@WORKFLOWS.register_module("math_trainable_ruler_workflow")
+class MathTrainableRULERWorkflow(MathRULERWorkflow):
+    """RULER with the policy as its own judge, and the judging trained too (Trinity-RFT 0.6's
+    ``math_trainable_ruler_workflow``).
+
+    The answers are sampled and scored with the task's reward function (``gold_reward``, as
+    ``math_ruler_workflow`` reports it). Then, per task, with probability
+    ``workflow_args.ground_truth_probability`` (0.2) the reference is taken as known: the
+    answers are rewarded with their gold reward, and the model judges the group
+    ``repeat_times`` times -- those judge samples are returned too, as a group of their own
+    (task id ``"<task>-ruler"``), each rewarded ``1 - mean |score - scaled gold|`` (the gold
+    reward mapped from [-0.1, 1.1] to [0, 1]; 0 for a reply without a usable score list), so
+    the model learns to judge. Otherwise the model judges once and its scores are the answers'
+    rewards (0 for every answer when the reply is unusable). ``judge_success`` is the share of
+    judge replies read. The choice is drawn from the task's batch, index and prompt, so a
+    task decides the same way however its runs are scheduled.
+
+    No auxiliary model is needed; a row needs the reference answer.
+    """
+
+    class Args(SingleTurnArgs):
+        """``workflow_args`` of ``math_trainable_ruler_workflow``."""
+
+        ground_truth_probability: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
+            0.2, description="Chance per task that the reference is used (and judging trained)."
+        )
+        judge_max_tokens: Optional[Annotated[int, Field(gt=0)]] = Field(
+            None, description="Cap on the judge's reply (None: the task's max_tokens)."
+        )
+
+    requires_truth = True
+
+    def reset(self, task: Task) -> None:
+        MathWorkflow.reset(self, task)  # no auxiliary judge: the policy judges
+        self.judge = self.model
+
+    def _uses_truth(self) -> bool:
+        import random
+
+        key = f"{self.task.batch_id}/{self.task.task_id}/{self.run_id_base}/{self.task_desc}"
+        return random.Random(key).random() < self.args.ground_truth_probability
+
+    async def _judge_samples(self, responses: Sequence[Experience], n: int) -> list[Experience]:
+        messages = build_ruler_messages(
+            self.task_desc, [exp.response_text or "" for exp in responses], self.system_prompt
+        )
+        kwargs = generation_kwargs(self.rollout_args, n=n)
+        if self.args.judge_max_tokens is not None:
+            kwargs["max_tokens"] = self.args.judge_max_tokens
+        return list(await call_model(self.model, "chat", messages, **kwargs))
+
+    async def run_async(self) -> list[Experience]:
+        responses = list(
+            await call_model(
+                self.model,
+                "chat",
+                self.format_messages(),
+                **generation_kwargs(self.rollout_args, n=self.repeat_times),
+            )
+        )
+        responses = await self.score_all(responses)
+        gold = [float(exp.reward or 0.0) for exp in responses]
+        for exp, reward in zip(responses, gold, strict=True):
+            exp.metrics = {**(exp.metrics or {}), "gold_reward": reward}
+        with_truth = self._uses_truth()
+        judged = await self._judge_samples(responses, self.repeat_times if with_truth else 1)
+        scores: list[Optional[list[float]]] = []
+        for sample in judged:
+            try:
+                scores.append(parse_ruler_scores(sample.response_text, len(responses)))
+            except ValueError as exc:
+                self.logger.warning("%s: judge reply unusable: %s", self.workflow_name, exc)
+                scores.append(None)
+        read = [s for s in scores if s is not None]
+        success = len(read) / len(judged) if judged else 0.0
+        if with_truth:
+            target = [(g + 0.1) / 1.2 for g in gold]  # gold reward [-0.1, 1.1] -> [0, 1]
+            for i, (sample, got) in enumerate(zip(judged, scores, strict=True)):
+                error = (
+                    None
+                    if got is None
+                    else sum(abs(a - b) for a, b in zip(got, target, strict=True)) / len(got)
+                )
+                sample.reward = 0.0 if error is None else 1.0 - error
+                sample.eid.task = f"{self.task.task_id}-ruler"
+                sample.eid.run = self.run_id_base + i
+                sample.metrics = {**(sample.metrics or {}), "judge_success": success}
+                sample.metrics["reward_for_judge"] = sample.reward
+            for exp, reward in zip(responses, gold, strict=True):
+                exp.reward = reward
+                exp.metrics["judge_success"] = success
+            return responses + judged
+        mean = [sum(col) / len(read) for col in zip(*read, strict=True)] if read else None
+        for i, exp in enumerate(responses):
+            exp.reward = 0.0 if mean is None else mean[i]
+            exp.metrics["judge_success"] = success
+        return responses

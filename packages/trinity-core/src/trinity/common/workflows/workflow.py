@@ -344,8 +344,9 @@ async def run_task_async(
     class, else builds a new one. Produces ``task.repeat_times`` runs with run ids
     ``run_id_base, run_id_base + 1, ...`` (``run_id_base`` > 0 when the explorer splits one
     task's runs across runners, ``explorer.max_repeat_times_per_runner``), stamps each
-    Experience's id with the task's batch/task ids and its run index, and records the model
-    version that produced it.
+    Experience's id with the task's batch/task ids (a task id the workflow set is kept: a
+    second group of its own, e.g. ``math_trainable_ruler_workflow``'s judge samples) and its
+    run index, and records the model version that produced it.
 
     A repeatable workflow samples every run in one call. Any other runs ``repeat_times`` times:
     one after the other on one instance (``concurrent_mode="sequential"``), or all at once
@@ -402,7 +403,8 @@ async def run_task_async(
     version = getattr(model, "model_version", None)
     for exp in experiences:
         exp.eid.batch = task.batch_id
-        exp.eid.task = task.task_id
+        if exp.eid.task == "":  # a workflow may label a group of its own ("3-ruler"), as in 0.6
+            exp.eid.task = task.task_id
         if exp.model_version is None:
             exp.model_version = version
     return experiences, workflow
