@@ -67,9 +67,21 @@ def test_debug_runs_the_first_task_once_and_writes_what_came_out(
 ):
     tasks = arithmetic_tasks(tmp_path, 4)
     config = _config(tmp_path, model_path, tasks, "arithmetic_workflow")
-    done = _debug("--config", str(config), "--module", "workflow", cwd=tmp_path)
+    kept = tmp_path / "debug_output" / "earlier.txt"  # --disable-overwrite keeps it
+    kept.parent.mkdir()
+    kept.write_text("an earlier debug run")
+    done = _debug(
+        "--config",
+        str(config),
+        "--module",
+        "workflow",
+        "--disable-overwrite",
+        "--enable-profiling",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    out = tmp_path / "debug_output"
+    assert kept.read_text() == "an earlier debug run"
+    [out] = [p for p in tmp_path.glob("debug_output_*") if p.is_dir()]
     rows = [json.loads(line) for line in (out / "experiences.jsonl").read_text().splitlines()]
     assert len(rows) == 1  # repeat_times 1, whatever the config says
     first = json.loads(tasks.read_text().splitlines()[0])
@@ -78,20 +90,7 @@ def test_debug_runs_the_first_task_once_and_writes_what_came_out(
     assert f"run 0: reward {rows[0]['reward']}" in done.stdout
     with sqlite3.connect(out / "experiences.db") as db:
         assert db.execute("SELECT COUNT(*) FROM debug_buffer").fetchone() == (1,)
-    # --disable-overwrite keeps the first results
-    again = _debug(
-        "-c",
-        str(config),
-        "-m",
-        "workflow",
-        "--disable-overwrite",
-        "--enable-profiling",
-        cwd=tmp_path,
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
-    [other] = [p for p in tmp_path.glob("debug_output_*") if p.is_dir()]
-    assert (other / "experiences.jsonl").is_file() and (other / "profiling.prof").is_file()
-    assert (out / "experiences.jsonl").read_text().count("\n") == 1
+    assert (out / "profiling.prof").stat().st_size > 0
 
 
 @pytest.mark.slow
