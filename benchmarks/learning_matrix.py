@@ -233,8 +233,8 @@ VARIANTS: dict[str, Variant] = {
             "algorithm": {"optimizer": {"lr": 4e-3}},
         },
         note="the quickstart training a LoRA adapter (`model.lora_configs`: rank 16, alpha 32) "
-        "on frozen base weights, lr 4e-3 (1e-2 did not learn); the engines get the merged "
-        "weights at each sync",
+        "on frozen base weights, lr 4e-3 (1e-2 did not learn); the engines serve base + "
+        "adapter and each sync moves the adapter alone",
     ),
     "multi-step-grpo-fully-async": Variant(
         "multi_step_grpo",
