@@ -5,7 +5,8 @@ stops naming the engine and quoting its log.
 The model-free ``FakeEngine`` can crash its own process mid-step (``exit_after_calls``), which
 tests the explorer's side in seconds. The slow tests kill real engines with ``kill -9`` in the
 middle of an explore step of a mode ``both`` run (tiny model, verl on CPU): vLLM's engine core
-process, and the transformers engine's actor process.
+process and the engine actor's process (the transformers engine's, where vLLM is not installed;
+test_colocate kills it asleep).
 """
 
 from __future__ import annotations
@@ -235,7 +236,18 @@ ENGINES = [
     pytest.param("vllm", "actor", marks=_NEEDS_VLLM, id="vllm"),
     # with vLLM's engine-core process (TRINITY_VLLM_INPROC_CORE=0) that child dies alone
     pytest.param("vllm", "engine_core", marks=_NEEDS_VLLM, id="vllm-core-process"),
-    pytest.param("transformers", "actor", id="transformers"),
+    # where vLLM runs, the transformers engine's kill -9 (replaced with the latest weights) is
+    # test_colocate's test_an_engine_killed_asleep_is_replaced_asleep_with_the_latest_weights
+    pytest.param(
+        "transformers",
+        "actor",
+        id="transformers",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("vllm") is not None,
+            reason="vLLM is installed: the vllm variants run this, and test_colocate kills the "
+            "transformers engine",
+        ),
+    ),
 ]
 
 
