@@ -71,7 +71,13 @@ def _runnable(mode: str, tmp_path: Path, **overrides: Any) -> dict[str, Any]:
                 "taskset": {"path": DATA_DIR},
                 "eval_tasksets": [{"path": DATA_DIR}],
             },
-            "trainer_input": {"experience_buffer": {"name": "exp", "storage_type": "queue"}},
+            # mode serve commits to a SQL table a trainer job reads; the others use a queue
+            "trainer_input": {
+                "experience_buffer": {
+                    "name": "exp",
+                    "storage_type": "sql" if RUN_MODES[mode].serves_api else "queue",
+                }
+            },
         },
     }
     return _merge(data, overrides)
@@ -162,7 +168,7 @@ def test_properties_combine_the_columns() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_every_mode_validates_with_what_it_needs(mode: str, tmp_path: Path) -> None:
-    # runnable or not (``serve`` is validated only), a complete config passes the run level
+    # a complete config passes the run level
     assert _issue_paths(_runnable(mode, tmp_path)) is None
 
 
@@ -181,10 +187,13 @@ def test_saves(mode: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_explores(mode: str, tmp_path: Path) -> None:
-    # an explorer writes experiences: the trainer input gets a default queue for them
+    # an explorer writes experiences: the trainer input gets a default queue for them (mode
+    # serve: a SQL table, which a trainer job reads as it grows)
     config = load_config({"mode": mode})
     exp = config.buffer.trainer_input.experience_buffer
-    assert (exp is not None) == RUN_MODES[mode].explores
+    assert (exp is not None) == RUN_MODES[mode].writes_experiences
+    if exp is not None:
+        assert exp.storage_type == ("queue" if RUN_MODES[mode].explores else "sql")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -214,6 +223,10 @@ def test_explores_and_trains(mode: str) -> None:
     assert (config.synchronizer.sync_method != "checkpoint") == RUN_MODES[mode].explores_and_trains
     # a file cannot be written by the explorer while the trainer reads it
     file_buffer = {"trainer_input": {"experience_buffer": {"storage_type": "file"}}}
+    if RUN_MODES[mode].serves_api:  # mode serve writes a SQL table only
+        with pytest.raises(ConfigError, match="allowed: 'sql'"):
+            load_config({"mode": mode, "buffer": file_buffer})
+        return
     config = load_config({"mode": mode, "buffer": file_buffer})
     queued = config.buffer.trainer_input.experience_buffer.storage_type == "queue"
     assert queued == RUN_MODES[mode].explores_and_trains

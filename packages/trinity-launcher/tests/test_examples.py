@@ -278,7 +278,41 @@ def expect_sft_then_grpo(v: Validated) -> None:
     assert [r.checkpoint_job_dir for r in v.runs] == [f"{base}/sft_warmup", f"{base}/grpo"]
 
 
+def expect_serve(v: Validated) -> None:
+    (run,) = v.runs
+    assert run.mode == "serve" and run.explorer.listen_address == "127.0.0.1"
+    assert run.explorer.rollout_model.engine_type == "vllm"
+    assert run.explorer.rollout_model.enable_openai_api  # the proxy forwards to it
+    out = run.buffer.trainer_input.experience_buffer
+    assert (out.name, out.storage_type) == ("served", "sql")
+    assert run.synchronizer.sync_method == "checkpoint"
+
+
+def expect_serve_train(v: Validated, validated: Callable[[str], Validated]) -> None:
+    (run,) = v.runs
+    serve = validated("serve_arithmetic").runs[0]
+    assert (run.mode, run.algorithm.algorithm_type) == ("train", "grpo")
+    # the service's job directory and buffer: the service loads the weights saved here
+    assert run.checkpoint_job_dir == serve.checkpoint_job_dir
+    data, served = run.buffer.trainer_input.experience_buffer, serve.buffer.trainer_input
+    assert (data.name, data.storage_type, data.path) == (
+        served.experience_buffer.name,
+        "sql",
+        served.experience_buffer.path,
+    )
+    assert run.trainer.save_hf_checkpoint == "always" and run.trainer.save_interval == 1
+
+
+#: examples whose runs read no data file, and why
+NO_DATA_FILE = {
+    "serve_arithmetic": "its data is the agents' traffic",
+    "serve_train_arithmetic": "it reads the SQL table serve_arithmetic writes",
+}
+
+
 EXPECTED: dict[str, Callable[[Validated], None]] = {
+    "serve_arithmetic": expect_serve,
+    "serve_train_arithmetic": expect_serve_train,  # type: ignore[dict-item]
     "quickstart": expect_quickstart,
     "grpo_gsm8k": expect_grpo_gsm8k,
     "grpo_one_gpu": expect_grpo_one_gpu,
@@ -302,7 +336,10 @@ def test_example_validates_and_is_what_it_says(path, validated):
     v = validated(path.stem)  # raises ConfigError / ValueError on an invalid example
     unexpected = [w for w in v.warnings if CPU_NCCL_FALLBACK not in w]
     assert not unexpected, f"{path.name} relies on the validator adjusting it: {unexpected}"
-    EXPECTED[path.stem](v)
+    if path.stem == "serve_train_arithmetic":  # checked against the service beside it
+        expect_serve_train(v, validated)
+    else:
+        EXPECTED[path.stem](v)
 
 
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=_example_id)
@@ -341,7 +378,7 @@ def test_example_data_files_are_in_the_repository(path, validated):
     from trinity.buffer.taskset.loading import resolve_data_files
 
     storages = [s for run in validated(path.stem).runs for s in _file_storages(run)]
-    assert storages, f"{path.name} reads no data file"
+    assert bool(storages) != (path.stem in NO_DATA_FILE), f"{path.name}: {storages}"
     for kind, storage in storages:
         assert storage.path and not os.path.isabs(storage.path), (kind, storage.path)
         assert (REPO / storage.path).exists(), f"{path.name}: {kind} {storage.path} is missing"
@@ -373,7 +410,7 @@ def test_example_task_sets_read_into_tasks_their_reward_can_score(path, validate
     ]
     if not tasksets:  # only a run with no explorer may lack a task set
         modes = {run.mode for run in validated(path.stem).runs}
-        assert modes == {"train"}, f"{path.name} explores ({modes}) but names no task set"
+        assert modes <= {"train", "serve"}, f"{path.name} explores ({modes}) but names no task set"
         return
     for storage in tasksets:
         reader = get_taskset_reader(storage)

@@ -208,19 +208,21 @@ def test_the_run_executes_the_overridden_config_and_logs_the_overrides(
 # ---------------------------------------------------------------- modes that cannot run
 
 
-def test_a_stage_in_a_mode_that_cannot_run_exits_2(config_file):
+def test_a_stage_in_mode_serve_exits_2(config_file):
     staged = config_file.parent / "staged.yaml"
-    staged.write_text(config_file.read_text() + "stages:\n  - stage_name: s\n    mode: serve\n")
+    text = config_file.read_text().replace("engine_type: transformers", "engine_type: vllm")
+    staged.write_text(text + "stages:\n  - stage_name: s\n    mode: serve\n")
     for extra in ((), ("--dry-run",)):
         out = _run(str(BIN / "trinity-launch"), str(staged), *extra)
         assert out.returncode == 2, out.stdout + out.stderr
         assert "stages[0] mode 'serve'" in out.stderr and "Traceback" not in out.stderr
+        assert "runs until it is stopped" in out.stderr
 
 
-def test_mode_serve_given_as_an_override_exits_2(config_file):
+def test_mode_serve_given_as_an_override_is_checked_as_serve(config_file):
     out = _run(str(BIN / "trinity-launch"), str(config_file), "mode=serve", "--dry-run")
     assert out.returncode == 2, out.stdout + out.stderr
-    assert "mode 'serve' is not implemented yet" in out.stderr
+    assert "not supported yet in mode 'serve'" in out.stderr  # its transformers engine
 
 
 # ---------------------------------------------------------------- --version and --help

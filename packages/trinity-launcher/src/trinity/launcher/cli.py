@@ -333,6 +333,8 @@ def _run_stages(
             f"  stage {index + 1}: {config.stages[index].stage_name} "
             f"(mode={stage.mode}, algorithm={stage.algorithm.algorithm_type})"
         )
+    from trinity.common.config import run_mode_spec
+
     not_runnable = [
         f"stages[{i}] mode {s.mode!r}" for i, s in enumerate(stages) if s.mode not in RUNNABLE_MODES
     ]
@@ -340,6 +342,18 @@ def _run_stages(
         print(
             f"error: {config_path}: {', '.join(not_runnable)}: this release runs modes "
             f"{', '.join(RUNNABLE_MODES)}",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    serving = [
+        f"stages[{i}] mode {s.mode!r}"
+        for i, s in enumerate(stages)
+        if run_mode_spec(s.mode).serves_api
+    ]
+    if serving:
+        print(
+            f"error: {config_path}: {', '.join(serving)}: mode 'serve' runs until it is stopped, "
+            "so no stage could follow it; run it as a job of its own",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
@@ -432,8 +446,13 @@ def _run_in_session(
         )
         return EXIT_RUN_FAILED
     out = console_out()
+    from trinity.common.config import run_mode_spec
+
+    metrics_file = (
+        "serve_metrics.jsonl" if run_mode_spec(config.mode).serves_api else "metrics.jsonl"
+    )
     where = (
-        f" (metrics in {config.checkpoint_job_dir}/metrics.jsonl)"
+        f" (metrics in {config.checkpoint_job_dir}/{metrics_file})"
         if config.checkpoint_job_dir
         else ""
     )

@@ -43,6 +43,7 @@ __all__ = [
     "Explorer",
     "eval_metrics",
     "find_checkpoints",
+    "build_experience_pipeline",
     "pipeline_advantage_fn",
     "rollout_metrics",
 ]
@@ -130,6 +131,37 @@ def _check_engine_configs(config: Config) -> None:
 
 
 # ---------------------------------------------------------------------- the explorer
+
+def build_experience_pipeline(config: Config, advantage_fn: Any, operators: list[Any]) -> Any:
+    """The experience pipeline that writes what is explored (or, mode ``serve``, committed)
+    to ``data_processor.experience_pipeline.output`` or the trainer's experience buffer."""
+    from trinity.buffer import get_buffer_writer
+    from trinity.buffer.pipelines import ExperiencePipeline
+
+    pipeline_config = config.data_processor.experience_pipeline
+    output = pipeline_config.output or config.buffer.trainer_input.experience_buffer
+    if output is None:
+        raise ValueError(
+            "buffer.trainer_input.experience_buffer: the explorer has nowhere to write "
+            "experiences; set its storage_type and path"
+        )
+    input_writer = None
+    if pipeline_config.save_input and pipeline_config.input_save_path:
+        input_writer = get_buffer_writer(
+            ExperienceBufferConfig(
+                name="explorer_output",
+                storage_type="sql",
+                path=pipeline_config.input_save_path,
+            )
+        )
+    return ExperiencePipeline(
+        pipeline_config,
+        writer=get_buffer_writer(output),
+        advantage_fn=advantage_fn,
+        input_writer=input_writer,
+        operators=operators,
+    )
+
 class Explorer:
     """Runs exploration and evaluation of one config.
 
@@ -316,32 +348,7 @@ class Explorer:
         )
 
     def _build_pipeline(self) -> Any:
-        from trinity.buffer import get_buffer_writer
-        from trinity.buffer.pipelines import ExperiencePipeline
-
-        pipeline_config = self.config.data_processor.experience_pipeline
-        output = pipeline_config.output or self.config.buffer.trainer_input.experience_buffer
-        if output is None:
-            raise ValueError(
-                "buffer.trainer_input.experience_buffer: the explorer has nowhere to write "
-                "experiences; set its storage_type and path"
-            )
-        input_writer = None
-        if pipeline_config.save_input and pipeline_config.input_save_path:
-            input_writer = get_buffer_writer(
-                ExperienceBufferConfig(
-                    name="explorer_output",
-                    storage_type="sql",
-                    path=pipeline_config.input_save_path,
-                )
-            )
-        return ExperiencePipeline(
-            pipeline_config,
-            writer=get_buffer_writer(output),
-            advantage_fn=self.advantage_fn,
-            input_writer=input_writer,
-            operators=self.operators,
-        )
+        return build_experience_pipeline(self.config, self.advantage_fn, self.operators)
 
     async def write_restored(self, exps: list[Experience]) -> None:
         """Write experiences a resumed run carried over (explored, not trained) to the output

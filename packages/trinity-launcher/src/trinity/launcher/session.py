@@ -376,7 +376,16 @@ class RunSession:
 
 
 def run(config: Config, **options: Any) -> Any:
-    """Run ``config`` (checked) in its mode; see :class:`RunSession` for ``options``."""
+    """Run ``config`` (checked) in its mode; see :class:`RunSession` for ``options`` (mode
+    ``serve``: :func:`trinity.launcher.serve.run.run_serve`, which takes none)."""
+    if run_mode_spec(config.mode).serves_api:
+        from trinity.launcher.serve.run import run_serve, serve_settings
+
+        try:
+            settings = serve_settings(config)
+        except ValueError as exc:  # the API key's variable is not set
+            raise LaunchInputError(str(exc)) from exc
+        return run_serve(config, settings)
     return RunSession(config, **options).run()
 
 

@@ -179,7 +179,14 @@ _LAUNCHER = (
     "is what Trinity-RFT's launcher sets on each engine it starts; the engines here are "
     "started with their own settings, so a value written here is not supported yet; allowed: "
 )
-_SERVE = "serves mode 'serve', which is not supported yet; allowed: "
+_SERVE = (
+    "in mode 'serve': every engine is updated at once (in place, under the requests in "
+    "flight), so a choice of engines kept running is not supported yet; allowed: "
+)
+_SERVE_DB = (
+    "in mode 'serve': what waits for feedback is kept in memory (what is committed goes to "
+    "the buffer), so a history database is not supported yet; allowed: "
+)
 _MEGATRON = "Megatron training is not supported yet (trainer.trainer_strategy); allowed: "
 
 #: (section class, field) -> (accepted, message): refused where written with another value
@@ -281,20 +288,11 @@ UNSUPPORTED_FIELDS: dict[tuple[str, str], tuple[_Check, str]] = {
         "with other styles it is not supported yet (synchronizer.sync_offset bounds how far "
         "the explorer runs ahead); allowed: 2, or set sync_style: fully_async",
     ),
-    ("ExplorerConfig", "proxy_port"): (_only(8010), "proxy_port " + _SERVE + "8010"),
-    ("ExplorerConfig", "listen_address"): (
-        _only("0.0.0.0"),
-        "listen_address " + _SERVE + "'0.0.0.0'",
-    ),
-    ("ExplorerConfig", "service_status_check_interval"): (
-        _only(60),
-        "service_status_check_interval " + _SERVE + "60",
-    ),
     ("ExplorerConfig", "min_running_model_num"): (
         _only(1),
         "min_running_model_num " + _SERVE + "1",
     ),
-    ("ExplorerConfig", "db_url"): (_only(None), "db_url " + _SERVE + "null"),
+    ("ExplorerConfig", "db_url"): (_only(None), "db_url " + _SERVE_DB + "null"),
     ("OverRolloutConfig", "ratio"): (
         _only(0.0),
         "over-rollout (training before a step's slowest tasks finish) is not supported yet; "

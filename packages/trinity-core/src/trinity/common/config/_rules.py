@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING, Any, Union
 
 from ._compat import rule_trinity_rft_keys, rule_unsupported_engines
@@ -63,6 +64,14 @@ def _rule_model(c: _Checker, cfg: Config) -> None:
     model = cfg.model
     if not model.critic_model_path:
         _set_derived(model, "critic_model_path", model.model_path)
+    if model.chat_template_path and model.custom_chat_template is None:
+        # Trinity-RFT reads the file into custom_chat_template, which the task sets and the
+        # rollout model then take (an unreadable file is reported by the run's path checks)
+        try:
+            with open(os.path.expanduser(model.chat_template_path), encoding="utf-8") as f:
+                _set_derived(model, "custom_chat_template", f.read())
+        except OSError:
+            pass
     rule_lora(c, cfg)
     if model.external_model.enable:
         if not cfg.run_mode.evaluates_checkpoints:
@@ -171,6 +180,31 @@ def _fill_inference_model(
     )
 
 
+def _rule_serve(c: _Checker, cfg: Config) -> None:
+    """Mode serve forwards to the engines' OpenAI servers and writes what is committed."""
+    rollout = cfg.explorer.rollout_model
+    if rollout.engine_type not in ("vllm", "vllm_async"):
+        c.error(
+            ("explorer", "rollout_model", "engine_type"),
+            rollout.engine_type,
+            "mode 'serve' forwards requests to each engine's OpenAI server, which only the "
+            "vLLM engine runs here; other engine types are not supported yet in mode 'serve'; "
+            "allowed: 'vllm'",
+        )
+    output = cfg.data_processor.experience_pipeline.output
+    where = ("data_processor", "experience_pipeline", "output")
+    if output is None:  # the trainer input's buffer (an SQLite table by default, see below)
+        output = cfg.buffer.trainer_input.experience_buffer
+        where = ("buffer", "trainer_input", "experience_buffer")
+    if output is not None and output.storage_type != "sql":
+        c.error(
+            where + ("storage_type",),
+            output.storage_type,
+            "mode 'serve' commits to a SQL table that a trainer in another process reads as it "
+            "grows; other storage types are not supported yet in mode 'serve'; allowed: 'sql'",
+        )
+
+
 def _rule_explorer(c: _Checker, cfg: Config) -> None:
     explorer = cfg.explorer
     rollout = explorer.rollout_model
@@ -184,6 +218,7 @@ def _rule_explorer(c: _Checker, cfg: Config) -> None:
     _set_derived(rollout, "enable_return_routed_experts", cfg.algorithm.enable_router_replay)
     if cfg.run_mode.serves_api:
         _set_derived(rollout, "enable_openai_api", True)
+        _rule_serve(c, cfg)
     _fill_inference_model(c, cfg, rollout, ("explorer", "rollout_model"))
     for i, aux in enumerate(explorer.auxiliary_models):
         loc = ("explorer", "auxiliary_models", i)
@@ -423,12 +458,14 @@ def _mirror_taskset(c: _Checker, cfg: Config) -> None:
     """``taskset`` (one train task set) also reads as ``tasksets[0]``, the same object: code
     written for Trinity-RFT reads ``tasksets`` after the check (its check moves ``taskset``
     there), ours reads either (``get_tasksets()``). Both written refuses; a dump writes the
-    mirror as ``tasksets: []`` (:func:`dump_without_mirror`), so a saved config loads back."""
+    mirror as ``tasksets: []`` (:func:`dump_without_mirror`), so a saved config loads back.
+    A ``taskset`` assigned after an earlier check replaces the mirror of the one before (the
+    mirror is derived, not written)."""
     explorer_input = cfg.buffer.explorer_input
     taskset, tasksets = explorer_input.taskset, explorer_input.tasksets
     if taskset is None or (len(tasksets) == 1 and tasksets[0] is taskset):
         return
-    if tasksets:
+    if tasksets and "tasksets" in explorer_input.model_fields_set:
         c.error(
             ("buffer", "explorer_input", "tasksets"),
             f"{len(tasksets)} task set(s)",
@@ -445,7 +482,11 @@ def dump_without_mirror(cfg: Config, data: dict[str, Any]) -> dict[str, Any]:
     explorer_input = cfg.buffer.explorer_input
     tasksets = explorer_input.tasksets
     if explorer_input.taskset is not None and len(tasksets) == 1:
-        if tasksets[0] is explorer_input.taskset:
+        # the mirror, also of a taskset assigned since (then tasksets is still derived)
+        if (
+            tasksets[0] is explorer_input.taskset
+            or "tasksets" not in explorer_input.model_fields_set
+        ):
             data["buffer"]["explorer_input"]["tasksets"] = []
     return data
 
@@ -477,8 +518,10 @@ def _rule_buffer(c: _Checker, cfg: Config) -> None:
     trainer_input = buffer.trainer_input
     exp = trainer_input.experience_buffer
     mode = cfg.run_mode
-    if exp is None and mode.explores:
-        exp = ExperienceBufferConfig(name=DEFAULT_EXPERIENCE_BUFFER_NAME, storage_type="queue")
+    if exp is None and mode.writes_experiences:
+        # an explorer's queue; mode serve's SQL table, which a trainer job reads as it grows
+        kind = "queue" if mode.explores else "sql"
+        exp = ExperienceBufferConfig(name=DEFAULT_EXPERIENCE_BUFFER_NAME, storage_type=kind)
         _set_derived(trainer_input, "experience_buffer", exp)
     if exp is not None:
         loc = ("buffer", "trainer_input", "experience_buffer")

@@ -484,6 +484,33 @@ class BufferConfig(_Section):
     cache_dir: Optional[str] = Field(None, description="Set to <checkpoint_job_dir>/buffer.")
 
 
+class ServeConfig(_Section):
+    """Mode ``serve``'s proxy beyond Trinity-RFT's keys (``explorer.serve``; a Trinity
+    extension)."""
+
+    api_key_env: Optional[str] = Field(
+        None,
+        description=(
+            "Name of an environment variable holding the API key clients must send "
+            "(Authorization: Bearer <key>; others get 401). None: no key."
+        ),
+    )
+    max_request_bytes: Int = Field(
+        1 << 20, ge=1024, description="Largest request body accepted (bytes; larger: 413)."
+    )
+    max_concurrent_requests: Int = Field(
+        128, ge=1, description="Chat completions in flight at most (more: 429, retry later)."
+    )
+    commit_every: Optional[Int] = Field(
+        None,
+        ge=1,
+        description=(
+            "Commit automatically once this many rewarded experiences wait. None: only "
+            "POST /commit writes them to the buffer."
+        ),
+    )
+
+
 class OverRolloutConfig(_Section):
     """Start training before the slowest tasks of a step finish."""
 
@@ -570,8 +597,21 @@ class ExplorerConfig(_Section):
         False, description="bench mode: only evaluate the latest checkpoint."
     )
     proxy_port: Int = Field(8010, ge=1, le=65535, description="serve mode proxy port.")
-    listen_address: str = Field("0.0.0.0", description="serve mode listen address.")
-    service_status_check_interval: Int = Field(60, ge=1, description="serve mode health checks.")
+    listen_address: str = Field(
+        "127.0.0.1",
+        description=(
+            "serve mode listen address (Trinity-RFT: 0.0.0.0; here loopback unless told "
+            "otherwise)."
+        ),
+    )
+    service_status_check_interval: Int = Field(
+        60,
+        ge=1,
+        description="serve mode: seconds between checks for new weights and dead engines.",
+    )
+    serve: ServeConfig = Field(
+        default_factory=ServeConfig, description="serve mode: API key and limits."
+    )
     min_running_model_num: Int = Field(1, ge=1, description="serve mode: models kept running.")
     db_url: Optional[str] = Field(None, description="serve mode history database.")
     over_rollout: OverRolloutConfig = Field(

@@ -14,7 +14,7 @@ colocate  yes       yes     needed   yes        yes        yes    no         no 
 explore   yes       no      needed   no         yes        yes    no         no          yes
 train     no        yes     no       no         yes        yes    no         no          yes
 bench     no        no      no       no         no         yes    yes        no          yes
-serve     no        no      no       no         no         no     no         yes         no
+serve     no        no      no       no         no         no     no         yes         yes
 ========  ========  ======  =======  =========  =========  =====  =========  ==========  ========
 
 (``taskset`` is the column ``needs_taskset``, ``ckpt_eval`` ``evaluates_checkpoints``.) The
@@ -114,7 +114,7 @@ RUN_MODES: dict[str, RunModeSpec] = {
         ),
         RunModeSpec(
             "serve", explores=False, trains=False, needs_taskset=False, colocated=False,
-            resumable=False, saves=False, serves_api=True, runnable=False,
+            resumable=False, saves=False, serves_api=True,
         ),
     )
 }  # fmt: skip
