@@ -243,7 +243,7 @@ def test_every_subcommand_describes_itself():
 
     parser = _main_parser()
     [sub] = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
-    assert set(sub.choices) == {"run", "studio", "plot", "convert", "log", "debug"}
+    assert set(sub.choices) == {"run", "studio", "plot", "convert", "log", "debug", "view"}
     for name, subparser in sub.choices.items():
         assert subparser.description and len(subparser.description) > 20, name
     assert "KEY=VALUE" in _launch_parser().format_help()
@@ -260,6 +260,7 @@ def test_the_cli_module_and_its_help_import_nothing_heavy():
         after_import = sorted(sys.modules)
         for argv in (["--help"], ["run", "--help"], ["convert", "--help"],
                      ["studio", "--help"], ["plot", "--help"], ["log", "--help"], ["debug", "--help"],
+                     ["view", "--help"],
                      ["--version"]):
             with contextlib.redirect_stdout(io.StringIO()):
                 try:

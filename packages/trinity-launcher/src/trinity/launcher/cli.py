@@ -8,8 +8,9 @@ engine), ``both`` (explorer and trainer together) and ``colocate`` (the same, ta
 shared devices), and ``stages:`` (several of those in order) -- all through one run layer
 (:mod:`trinity.launcher.session`). ``serve`` is not implemented in this release: its config is
 validated, and the command says so and exits 2 (also with ``--dry-run``), so a script never
-takes it for a run. ``trinity studio``, ``trinity plot`` and ``trinity convert`` are the other
-commands; ``--version`` prints the installed trinity-* distributions.
+takes it for a run. ``trinity studio``, ``trinity plot``, ``trinity convert``, ``trinity log``,
+``trinity debug`` and ``trinity view`` are the other commands; ``--version`` prints the
+installed trinity-* distributions.
 
 ``KEY=VALUE`` arguments after the config override its values (OmegaConf's dotlist, as verl and
 Hydra users write them: ``buffer.total_steps=3 algorithm.repeat_times=4
@@ -510,7 +511,7 @@ def _main_parser() -> argparse.ArgumentParser:
         prog="trinity",
         description="Trinity RFT command line: run a job, generate a config (studio), plot a "
         "run's reward curve, convert a trainer checkpoint to a Hugging Face model, follow a "
-        "run's logs, debug a workflow.",
+        "run's logs, debug a workflow, browse an experience table (view).",
     )
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -582,15 +583,18 @@ def _main_parser() -> argparse.ArgumentParser:
     )
     from trinity.launcher.debug import add_debug_parser
     from trinity.launcher.log_follow import add_log_parser
+    from trinity.launcher.viewer import add_view_parser
 
     add_log_parser(sub)
     add_debug_parser(sub)
+    add_view_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``trinity run --config config.yaml [KEY=VALUE ...] [--plugin-dir DIR]``, ``trinity
-    studio``, ``trinity plot``, ``trinity convert``, ``trinity log``, ``trinity debug``."""
+    studio``, ``trinity plot``, ``trinity convert``, ``trinity log``, ``trinity debug``,
+    ``trinity view``."""
     parser = _main_parser()
     args = _parse(parser, argv)
     if args.command == "convert":
@@ -646,6 +650,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trinity.launcher.log_follow import log_main
 
         return log_main(args)
+    if args.command == "view":
+        from trinity.launcher.viewer import view_main
+
+        return view_main(args)
     if args.command == "studio":
         from trinity.manager.studio import run_studio
 
