@@ -483,11 +483,63 @@ class SQLReader(OfflineReader):
         return [Experience.deserialize(data) for _, data in rows], rows[-1][0]
 
     def _read(self, batch_size: int) -> list[Any]:
-        items = super()._read(batch_size)
+        try:
+            items = super()._read(batch_size)
+        except EndOfStream:
+            items = []
+        short = len(items) < batch_size
+        if short and self.storage.kind != TASK_ROWS:
+            items += self._wait_for_live_writer(batch_size - len(items))
+        if not items:
+            raise EndOfStream
         short = len(items) < batch_size
         if short and self.storage.kind == TASK_ROWS and not getattr(self.config, "is_eval", False):
             raise EndOfStream
         return items
+
+    def _wait_for_live_writer(self, missing: int) -> list[Any]:
+        """While another process marks this table as being written (a
+        :class:`~trinity.buffer.storage.sql_live.LiveWriterMark`: mode ``serve``), wait for
+        ``missing`` more experiences; give up after ``max_read_timeout`` seconds without a new
+        row, or once no writer is left (then the read returns what there is, or ends)."""
+        from trinity.buffer.storage.sql_live import live_writers
+
+        timeout = float(getattr(self.config, "max_read_timeout", 1800) or 1800)
+        out: list[Any] = []
+        last_progress = time.monotonic()
+        warned = False
+        while len(out) < missing:
+            if not live_writers(self.storage, max_age=timeout):
+                # the writer is gone: take what it wrote last, then stop
+                more, self.position = self._fetch(self.position, missing - len(out))
+                self.consumed += len(more)
+                return out + more
+            more, self.position = self._fetch(self.position, missing - len(out))
+            if more:
+                out += more
+                self.consumed += len(more)
+                last_progress = time.monotonic()
+                continue
+            waited = time.monotonic() - last_progress
+            if waited > timeout:
+                logger.warning(
+                    "storage %r: no new experience for %.0f s (max_read_timeout) while a "
+                    "writer is marked live; the read ends with %d of %d",
+                    self.name,
+                    waited,
+                    len(out),
+                    missing,
+                )
+                return out
+            if waited > 60 and not warned:
+                warned = True
+                logger.info(
+                    "storage %r: waiting for %d more experiences from its live writer",
+                    self.name,
+                    missing - len(out),
+                )
+            time.sleep(0.5)
+        return out
 
     def close(self) -> None:
         """Done reading: close the storage (see :meth:`SQLStorage.close`)."""
