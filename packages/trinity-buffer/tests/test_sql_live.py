@@ -45,7 +45,7 @@ def same(a: list[Experience], b: list[Experience]) -> bool:
 
 def test_a_read_waits_for_a_live_writer_and_ends_when_it_is_gone(tmp_path):
     url = f"sqlite:///{tmp_path}/live.db"
-    mark = LiveWriterMark(cfg("sql", url))
+    mark = LiveWriterMark(SQLStorage(cfg("sql", url)))
     writer = get_buffer_writer(cfg("sql", url))
     exps = make_exps(6)
     writer.write(exps[:2])
@@ -73,7 +73,7 @@ def test_a_read_waits_for_a_live_writer_and_ends_when_it_is_gone(tmp_path):
 
 def test_a_live_writer_that_writes_nothing_for_max_read_timeout_ends_the_read(tmp_path):
     url = f"sqlite:///{tmp_path}/stalled.db"
-    mark = LiveWriterMark(cfg("sql", url))
+    mark = LiveWriterMark(SQLStorage(cfg("sql", url)))
     writer = get_buffer_writer(cfg("sql", url))
     writer.write(make_exps(1))
     reader = get_buffer_reader(cfg("sql", url, max_read_timeout=1))
@@ -99,7 +99,7 @@ def test_without_a_mark_the_table_is_a_finished_data_set(tmp_path):
 
 def test_a_mark_counts_for_its_own_table_while_it_is_fresh(tmp_path):
     url = f"sqlite:///{tmp_path}/marks.db"
-    mark = LiveWriterMark(cfg("sql", url, name="a"))
+    mark = LiveWriterMark(SQLStorage(cfg("sql", url, name="a")))
     assert live_writers(SQLStorage(cfg("sql", url, name="a")), max_age=60) == 1
     assert live_writers(SQLStorage(cfg("sql", url, name="b")), max_age=60) == 0
     time.sleep(0.3)

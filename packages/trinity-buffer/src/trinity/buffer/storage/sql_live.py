@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Column, Float, MetaData, String, Table, delete, func, insert, select, update
 
-from trinity.buffer.storage.sql import SQLStorage
+if TYPE_CHECKING:  # sql.py's reader imports this module: no import back at run time
+    from trinity.buffer.storage.sql import SQLStorage
 
 LIVE_TABLE = "trinity_live_writers"
 
@@ -34,10 +35,11 @@ def _live_table(metadata: MetaData) -> Table:
 
 
 class LiveWriterMark:
-    """Marks ``storage_config``'s table as being written by this process until closed."""
+    """Marks ``storage``'s table (a :class:`~trinity.buffer.storage.sql.SQLStorage`) as being
+    written by this process until closed; closing closes the storage."""
 
-    def __init__(self, storage_config: Any) -> None:
-        self.storage = SQLStorage(storage_config)
+    def __init__(self, storage: SQLStorage) -> None:
+        self.storage = storage
         self.metadata = MetaData()
         self.table = _live_table(self.metadata)
         self.writer = uuid.uuid4().hex

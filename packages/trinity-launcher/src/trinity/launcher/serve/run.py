@@ -78,6 +78,7 @@ async def _serve(config: Config, placement: Any, settings: dict[str, Any]) -> di
     import uvicorn
 
     from trinity.buffer.operators.experience_operator import create_operators
+    from trinity.buffer.storage.sql import SQLStorage
     from trinity.buffer.storage.sql_live import LiveWriterMark
     from trinity.launcher.engines import create_rollout_engines
     from trinity.launcher.explorer import build_experience_pipeline, pipeline_advantage_fn
@@ -97,7 +98,7 @@ async def _serve(config: Config, placement: Any, settings: dict[str, Any]) -> di
         pipeline = build_experience_pipeline(config, pipeline_advantage_fn(config), operators)
         await pipeline.prepare()
         # a trainer reading the table waits for what this service commits (sql_live)
-        mark = LiveWriterMark(_output_config(config))
+        mark = LiveWriterMark(SQLStorage(_output_config(config)))
         monitor = _monitor(config)
 
         async def commit(exps: list[Any]) -> dict[str, Any]:
