@@ -270,24 +270,11 @@ def check_target(target: ViewTarget) -> None:
 
 
 def streamlit_command(port: int = DEFAULT_PORT, address: str = "127.0.0.1") -> list[str]:
-    """The ``python -m streamlit run`` command line that serves the viewer page."""
-    return [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        APP_PATH,
-        "--server.port",
-        str(port),
-        "--server.address",
-        address,
-        "--server.headless",
-        "true",
-        "--server.fileWatcherType",
-        "none",
-        "--browser.gatherUsageStats",
-        "false",
-    ]
+    """The ``python -m streamlit run`` command line that serves the viewer page (no file
+    watcher: the page's code does not change while it runs)."""
+    from trinity.launcher.streamlit_run import streamlit_command as command
+
+    return command(APP_PATH, port, address, extra=("--server.fileWatcherType", "none"))
 
 
 def add_view_parser(sub: argparse._SubParsersAction) -> None:

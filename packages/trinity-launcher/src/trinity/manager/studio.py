@@ -16,22 +16,9 @@ def streamlit_command(
     port: int = 8501, address: str = "127.0.0.1", extra: Sequence[str] = ()
 ) -> list[str]:
     """The ``python -m streamlit run`` command line that serves the Studio."""
-    return [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        APP_PATH,
-        "--server.port",
-        str(port),
-        "--server.address",
-        address,
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-        *extra,
-    ]
+    from trinity.launcher.streamlit_run import streamlit_command as command
+
+    return command(APP_PATH, port, address, extra)
 
 
 def run_studio(port: int, address: str, plugin_dirs: Sequence[str] = ()) -> int:

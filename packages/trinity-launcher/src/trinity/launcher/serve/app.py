@@ -107,45 +107,51 @@ class _StreamAggregate:
         return self.body
 
 
-def build_app(
-    service: ServeService,
-    *,
-    temperature: float,
-    api_key: Optional[str] = None,
-    max_request_bytes: int = 1 << 20,
-    max_concurrent_requests: int = 128,
-    timeout: float = 600.0,
-) -> Any:
-    """The FastAPI application of ``service`` (see the module docstring)."""
-    client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0))
-    state = SimpleNamespace(in_flight=0, models=None)
+class _Proxy:
+    """The endpoints' state and handlers: the engines' HTTP client, the requests in flight,
+    the limits (see :func:`build_app`)."""
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        await client.aclose()
+    def __init__(
+        self,
+        service: ServeService,
+        *,
+        temperature: float,
+        api_key: Optional[str],
+        max_request_bytes: int,
+        max_concurrent_requests: int,
+        timeout: float,
+    ) -> None:
+        self.service = service
+        self.temperature = temperature
+        self.api_key = api_key
+        self.max_request_bytes = max_request_bytes
+        self.max_concurrent_requests = max_concurrent_requests
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0))
+        self.in_flight = 0
+        self.models_cache: Optional[Any] = None
 
-    app = FastAPI(title="Trinity serve", docs_url=None, redoc_url=None, lifespan=lifespan)
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Any) -> Any:
-        if api_key and request.url.path != "/health":
-            given = request.headers.get("authorization", "")
-            if given != f"Bearer {api_key}":
+    # ------------------------------------------------------------------ guards
+    async def guard(self, request: Request, call_next: Any) -> Any:
+        """API key (all but /health) and the declared body size, before any handler."""
+        if self.api_key and request.url.path != "/health":
+            if request.headers.get("authorization", "") != f"Bearer {self.api_key}":
                 return _error(401, "missing or wrong API key (Authorization: Bearer <key>)", "auth")
         length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_request_bytes):
+        if length is not None and (not length.isdigit() or int(length) > self.max_request_bytes):
             return _error(
                 413,
-                f"request body over {max_request_bytes} bytes (content-length {length})",
+                f"request body over {self.max_request_bytes} bytes (content-length {length})",
                 "request_too_large",
             )
         return await call_next(request)
 
-    async def read_json(request: Request) -> Any:
+    async def read_json(self, request: Request) -> Any:
+        """The body as a JSON object, or the 4xx response saying why not."""
         raw = await request.body()
-        if len(raw) > max_request_bytes:
-            return _error(413, f"request body over {max_request_bytes} bytes", "request_too_large")
+        if len(raw) > self.max_request_bytes:
+            return _error(
+                413, f"request body over {self.max_request_bytes} bytes", "request_too_large"
+            )
         try:
             data = json.loads(raw)
         except ValueError as exc:
@@ -154,81 +160,80 @@ def build_app(
             return _error(400, "the body must be a JSON object", "invalid_request_error")
         return data
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        data = await read_json(request)
+    # ------------------------------------------------------------------ completions
+    async def chat_completions(self, request: Request) -> Any:
+        data = await self.read_json(request)
         if not isinstance(data, dict):
             return data
         messages = data.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "'messages' must be a non-empty list", "invalid_request_error")
-        if state.in_flight >= max_concurrent_requests:
+        if self.in_flight >= self.max_concurrent_requests:
             return _error(
-                429, f"{max_concurrent_requests} requests in flight; try again", "rate_limit"
+                429, f"{self.max_concurrent_requests} requests in flight; try again", "rate_limit"
             )
         # the recording needs token ids and log-probs; the trainer assumes this temperature
-        data.update(return_token_ids=True, logprobs=True, temperature=temperature)
-        state.in_flight += 1
-        service.requests += 1
-        released = False
+        data.update(return_token_ids=True, logprobs=True, temperature=self.temperature)
+        self.in_flight += 1
+        self.service.requests += 1
+        streaming = False
         try:
             try:
-                address, version = await service.allocate()
+                address, version = await self.service.allocate()
             except Exception as exc:
-                service.failed_requests += 1
+                self.service.failed_requests += 1
                 return _error(503, f"no rollout engine available: {exc}", "unavailable")
-            url = f"{address}/v1/chat/completions"
+            upstream = await self._send(address, data)
+            if not isinstance(upstream, httpx.Response):
+                return upstream  # the engine failed or timed out: 502 / 504
+            if upstream.status_code >= 400:  # the engine refused the request: its 4xx
+                body = await upstream.aread()
+                await upstream.aclose()
+                self.service.failed_requests += 1
+                return Response(
+                    body, status_code=upstream.status_code, media_type="application/json"
+                )
             if data.get("stream"):
-                try:
-                    upstream = await client.send(
-                        client.build_request("POST", url, json=data), stream=True
-                    )
-                except httpx.TimeoutException:
-                    service.failed_requests += 1
-                    return _error(504, f"the engine at {address} timed out", "upstream_timeout")
-                except httpx.RequestError as exc:
-                    service.failed_requests += 1
-                    return _error(502, f"the engine at {address} failed: {exc}", "upstream")
-                if upstream.status_code >= 400:
-                    body = await upstream.aread()
-                    await upstream.aclose()
-                    service.failed_requests += 1
-                    return Response(
-                        body, status_code=upstream.status_code, media_type="application/json"
-                    )
-                released = True  # the stream's end releases the slot
+                streaming = True  # the stream's end releases the slot
                 return StreamingResponse(
-                    _relay(upstream, messages, version),
+                    self._relay(upstream, messages, version),
                     media_type="text/event-stream",
                     headers={VERSION_HEADER: str(version)},
                 )
+            raw = await upstream.aread()
+            await upstream.aclose()
             try:
-                upstream = await client.post(url, json=data)
-            except httpx.TimeoutException:
-                service.failed_requests += 1
-                return _error(504, f"the engine at {address} timed out", "upstream_timeout")
-            except httpx.RequestError as exc:
-                service.failed_requests += 1
-                return _error(502, f"the engine at {address} failed: {exc}", "upstream")
-            if upstream.status_code >= 400:
-                service.failed_requests += 1
-                return Response(
-                    upstream.content,
-                    status_code=upstream.status_code,
-                    media_type="application/json",
-                )
-            body = upstream.json()
+                body = json.loads(raw)
+            except ValueError:
+                self.service.failed_requests += 1
+                return _error(502, f"the engine at {address} answered no JSON", "upstream")
             try:
-                record_completion(service, body, messages, version)
+                record_completion(self.service, body, messages, version)
             except Exception as exc:  # answered, but nothing can be trained from it
                 logger.warning("serve: a completion was not recorded: %s", exc)
             body["model_version"] = version
             return JSONResponse(body, headers={VERSION_HEADER: str(version)})
         finally:
-            if not released:
-                state.in_flight -= 1
+            if not streaming:
+                self.in_flight -= 1
 
-    async def _relay(upstream: Any, messages: list[Any], version: int) -> AsyncIterator[bytes]:
+    async def _send(self, address: str, data: dict[str, Any]) -> Any:
+        """The engine's response (its body not read yet), or the 502 / 504 answer."""
+        try:
+            request = self.client.build_request("POST", f"{address}/v1/chat/completions", json=data)
+            return await self.client.send(request, stream=True)
+        except httpx.TimeoutException:
+            self.service.failed_requests += 1
+            return _error(504, f"the engine at {address} timed out", "upstream_timeout")
+        except httpx.RequestError as exc:
+            self.service.failed_requests += 1
+            return _error(502, f"the engine at {address} failed: {exc}", "upstream")
+
+    async def _relay(
+        self, upstream: Any, messages: list[Any], version: int
+    ) -> AsyncIterator[bytes]:
+        """Pass the engine's events on (each chunk with ``model_version``) and record the
+        completion they add up to."""
         aggregate = _StreamAggregate()
         try:
             async for line in upstream.aiter_lines():
@@ -247,37 +252,34 @@ def build_app(
             body = aggregate.completion()
             if body is not None:
                 try:
-                    record_completion(service, body, messages, version)
+                    record_completion(self.service, body, messages, version)
                 except Exception as exc:
                     logger.warning("serve: a streamed completion was not recorded: %s", exc)
         finally:
             await upstream.aclose()
-            state.in_flight -= 1
+            self.in_flight -= 1
 
-    @app.get("/v1/models")
-    async def models() -> Any:
-        if state.models is None:
+    # ------------------------------------------------------------------ the rest
+    async def models(self) -> Any:
+        if self.models_cache is None:
             try:
-                address, _ = await service.allocate()
-                upstream = await client.get(f"{address}/v1/models")
+                address, _ = await self.service.allocate()
+                upstream = await self.client.get(f"{address}/v1/models")
             except Exception as exc:
                 return _error(502, f"the engine failed: {exc}", "upstream")
             if upstream.status_code >= 400:
                 return Response(upstream.content, status_code=upstream.status_code)
-            state.models = upstream.json()
-        return JSONResponse(state.models)
+            self.models_cache = upstream.json()
+        return JSONResponse(self.models_cache)
 
-    @app.get("/health")
-    async def health() -> Any:
+    async def health(self) -> Any:
         return Response(status_code=200)
 
-    @app.get("/metrics")
-    async def metrics() -> Any:
-        return JSONResponse({**service.metrics(), "serve/in_flight": state.in_flight})
+    async def metrics(self) -> Any:
+        return JSONResponse({**self.service.metrics(), "serve/in_flight": self.in_flight})
 
-    @app.post("/feedback")
-    async def feedback(request: Request) -> Any:
-        data = await read_json(request)
+    async def feedback(self, request: Request) -> Any:
+        data = await self.read_json(request)
         if not isinstance(data, dict):
             return data
         msg_ids, reward = data.get("msg_ids"), data.get("reward")
@@ -299,21 +301,50 @@ def build_app(
         if isinstance(run_id, bool) or not isinstance(run_id, int):
             return JSONResponse(status_code=400, content={"error": "run_id must be an integer"})
         task_id = data.get("task_id")
-        return JSONResponse(
-            await service.feedback(
-                msg_ids, float(reward), None if task_id is None else str(task_id), run_id
-            )
-        )
+        task = None if task_id is None else str(task_id)
+        return JSONResponse(await self.service.feedback(msg_ids, float(reward), task, run_id))
 
-    @app.post("/commit")
-    async def commit() -> Any:
+    async def commit(self) -> Any:
         began = time.perf_counter()
         try:
-            result = await service.commit()
+            result = await self.service.commit()
         except Exception as exc:
             logger.exception("serve: commit failed")
             return _error(503, f"the commit failed (kept for the next one): {exc}", "commit")
         result["seconds"] = time.perf_counter() - began
         return JSONResponse(result)
 
+
+def build_app(
+    service: ServeService,
+    *,
+    temperature: float,
+    api_key: Optional[str] = None,
+    max_request_bytes: int = 1 << 20,
+    max_concurrent_requests: int = 128,
+    timeout: float = 600.0,
+) -> Any:
+    """The FastAPI application of ``service`` (see the module docstring)."""
+    proxy = _Proxy(
+        service,
+        temperature=temperature,
+        api_key=api_key,
+        max_request_bytes=max_request_bytes,
+        max_concurrent_requests=max_concurrent_requests,
+        timeout=timeout,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await proxy.client.aclose()
+
+    app = FastAPI(title="Trinity serve", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.middleware("http")(proxy.guard)
+    app.add_api_route("/v1/chat/completions", proxy.chat_completions, methods=["POST"])
+    app.add_api_route("/v1/models", proxy.models, methods=["GET"])
+    app.add_api_route("/health", proxy.health, methods=["GET"])
+    app.add_api_route("/metrics", proxy.metrics, methods=["GET"])
+    app.add_api_route("/feedback", proxy.feedback, methods=["POST"])
+    app.add_api_route("/commit", proxy.commit, methods=["POST"])
     return app
