@@ -21,6 +21,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """Streamlit's ``AppTest`` (test_studio, test_view_cli) runs a page as ``__main__`` and
+    leaves it there; a later test in the same worker that spawns a process (vLLM's engine core)
+    would have the child run that page instead. Each test gets the real one back."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(request, tmp_path_factory):
     """A local Ray for one test module (2 CPUs, as on the CI machines), its files in a
