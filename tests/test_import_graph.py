@@ -21,6 +21,7 @@ PACKAGES = (
     "trinity.workflows",
     "trinity.launcher",
     "trinity.manager",
+    "trinity.explorer",
 )
 
 #: Known circles, in files other work still changes (issue 21); remove an entry when its circle

@@ -28,7 +28,8 @@ NAMESPACES = {
     # trinity.data: Trinity-RFT's older operator and pipeline paths (aliases; docs/compat.md)
     "trinity_buffer": ("trinity/buffer/", "trinity/data/"),
     "trinity_workflows": ("trinity/workflows/",),
-    "trinity_launcher": ("trinity/launcher/", "trinity/manager/"),
+    # trinity.explorer: Trinity-RFT's module paths of its explorer (docs/compat.md)
+    "trinity_launcher": ("trinity/launcher/", "trinity/manager/", "trinity/explorer/"),
 }
 SIBLINGS = {"trinity-core", "trinity-algorithms", "trinity-buffer", "trinity-workflows"}
 

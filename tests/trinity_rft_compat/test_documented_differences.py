@@ -1,8 +1,9 @@
 """The differences docs/compat.md documents are options, not accidents.
 
 Trinity-RFT's ``tests/algorithm/policy_loss_test.py`` expects these numbers on its seeded
-``[5, 20]`` batch (verl batch keys, ``loss(log_prob=..., **batch)``); our defaults differ
-on purpose, and the documented option reproduces each number exactly.
+``[5, 20]`` batch (verl batch keys, ``loss(log_prob=..., **batch)``): its pre-0.6 version
+without dual-clip, the vendored 0.6-era one (upstream/) with it. Our defaults differ on
+purpose, and the documented option reproduces each number exactly.
 """
 
 from __future__ import annotations
@@ -66,3 +67,20 @@ def test_dpo_batch_sum_gives_trinity_rft_numbers_and_per_pair_refuses_odd_batch(
     assert metrics["rejected_reward"] == pytest.approx(0.3757950782775879, rel=1e-5)
     with pytest.raises(ValueError, match="odd batch of 5"):
         _loss("dpo", verl_batch)
+
+
+def test_mix_with_part_sizes_one_gives_the_0_6_test_numbers(verl_batch):
+    # upstream/algorithm/policy_loss_test.py::test_mix_policy_loss (dual-clip on, as 0.6)
+    loss, metrics = _loss("mix", verl_batch, train_batch_size_usual=1, train_batch_size_expert=1)
+    assert loss.item() == pytest.approx(0.6298247575759888, rel=1e-6)
+    assert metrics["usual/pg_clipfrac"] == pytest.approx(0.7777777910232544, rel=1e-6)
+    assert metrics["usual/pg_loss"] == pytest.approx(0.6921210885047913, rel=1e-6)
+
+
+def test_sapo_trinity_rft_surrogate_gives_its_numbers(verl_batch):
+    # upstream/algorithm/policy_loss_test.py::test_sapo_policy_loss
+    loss, metrics = _loss("sapo", verl_batch, trinity_rft_surrogate=True)
+    assert loss.item() == pytest.approx(-0.05128994956612587, rel=1e-6)
+    assert metrics["avg_soft_gate"] == pytest.approx(2.3191137313842773, rel=1e-6)
+    default, _ = _loss("sapo", verl_batch)  # the paper's surrogate (D4)
+    assert default.item() == pytest.approx(0.24060271680355072, rel=1e-6)

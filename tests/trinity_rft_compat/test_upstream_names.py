@@ -38,10 +38,6 @@ _TOKENIZE = (
 
 #: ``module:name`` -> why it does not resolve here
 DOCUMENTED_MISSING: dict[str, str] = {
-    "trinity.buffer.task_scheduler:TasksetScheduler": (
-        "the scheduler here is trinity.buffer.taskset.TasksetScheduler (built from task-set "
-        "readers, not from an explorer state and a Config)"
-    ),
     "trinity.cli.launcher:both": _CLI,
     "trinity.cli.launcher:explore": _CLI,
     "trinity.cli.launcher:train": _CLI,
@@ -52,15 +48,19 @@ DOCUMENTED_MISSING: dict[str, str] = {
         "Trinity-RFT's engine actor base (vLLM / SGLang); engines here implement "
         "trinity.launcher.engines' interface"
     ),
-    "trinity.common.models.utils:tokenize_and_mask_messages_default": _TOKENIZE,
     "trinity.common.models.utils:tokenize_and_mask_messages_hf": _TOKENIZE,
     "trinity.explorer.explorer:Explorer": _EXPLORER,
     "trinity.explorer.scheduler:Scheduler": _EXPLORER,
-    "trinity.explorer.workflow_runner:Status": _EXPLORER,
-    "trinity.explorer.workflow_runner:WorkflowRunner": _EXPLORER,
     "trinity.trainer.trainer:Trainer": (
         "Trinity-RFT's trainer internals; the verl trainer here is trinity.launcher.trainer"
     ),
+}
+
+
+#: ``module:name`` -> why it imports but does not run here (calling it raises
+#: ``NotImplementedError`` saying what to use instead)
+DOCUMENTED_UNSUPPORTED: dict[str, str] = {
+    "trinity.explorer.workflow_runner:WorkflowRunner": _EXPLORER,
 }
 
 
@@ -84,6 +84,9 @@ def test_name_resolves_or_is_documented_missing(entry: str) -> None:
     if entry in DOCUMENTED_MISSING:
         with pytest.raises(ImportError):
             resolve(entry)  # resolves now? then delete its DOCUMENTED_MISSING entry
+    elif entry in DOCUMENTED_UNSUPPORTED:
+        with pytest.raises(NotImplementedError):
+            resolve(entry)()  # runs now? then delete its DOCUMENTED_UNSUPPORTED entry
     else:
         resolve(entry)
 
@@ -95,15 +98,27 @@ def test_the_list_is_well_formed_and_the_table_names_listed_entries() -> None:
         module, sep, name = entry.partition(":")
         assert sep and module.startswith("trinity.") and name.isidentifier(), entry
     assert not set(DOCUMENTED_MISSING) - set(entries), "a missing entry not in the list"
+    assert not set(DOCUMENTED_UNSUPPORTED) - set(entries), "an unsupported entry not in the list"
 
 
 def docs_table() -> str:
     """The markdown table of docs/compat.md: one row per module and status."""
     rows = ["| Trinity-RFT module | names | here |", "|---|---|---|"]
-    keyed = [(e.partition(":")[0], DOCUMENTED_MISSING.get(e), e) for e in upstream_names()]
+
+    def status(entry: str) -> str:
+        if entry in DOCUMENTED_MISSING:
+            return "missing: " + DOCUMENTED_MISSING[entry]
+        if entry in DOCUMENTED_UNSUPPORTED:
+            return (
+                "importable, not supported (raises NotImplementedError): "
+                + (DOCUMENTED_UNSUPPORTED[entry])
+            )
+        return "importable"
+
+    keyed = [(e.partition(":")[0], status(e), e) for e in upstream_names()]
     for (module, why), group in groupby(keyed, key=lambda row: row[:2]):
         names = ", ".join(f"`{entry.partition(':')[2]}`" for _, _, entry in group)
-        rows.append(f"| `{module}` | {names} | {'missing: ' + why if why else 'importable'} |")
+        rows.append(f"| `{module}` | {names} | {why} |")
     return "\n".join(rows)
 
 

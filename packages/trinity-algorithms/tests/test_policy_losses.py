@@ -241,6 +241,10 @@ def test_ppo_sequence_masking_drops_negative_tokens_of_high_kl_sequences():
     # row 0 dropped (0 loss on 2 tokens), row 1 on-policy: -A * 1 = 1 each -> mean 0.5
     assert loss.item() == pytest.approx(0.5)
     assert metrics["seq_mask/masked_tokens"] == pytest.approx(0.5)
+    # Trinity-RFT's ratio: masked positions (a padding one too) over trained tokens
+    pad_mask = torch.tensor([[True, False], [True, True]])
+    _, metrics = fn(logprob=logprob, old_logprob=old, action_mask=pad_mask, advantages=adv)
+    assert metrics["seq_mask/masked_tokens"] == pytest.approx(2 / 3)
 
 
 # ----------------------------------------------------------------------------- GSPO / CISPO / TOPR / SAPO

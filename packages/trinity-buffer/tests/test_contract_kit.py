@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 
 from trinity.buffer.operators import EXPERIENCE_OPERATORS, TASKSET_SCHEDULE_METRIC
+from trinity.common.constants import SELECTOR_METRIC
 from trinity.testing import ExperienceOperatorContract, make_contract_tests
 
 _HAVE_DJ = importlib.util.find_spec("data_juicer") is not None
@@ -27,7 +28,9 @@ _ARGS = {
 _ATTRS = {
     # the task-set scheduler reads {task: pass rate} under this key; the pipeline passes it
     # through unprefixed (see ExperiencePipeline), so it is not a number by design
-    "pass_rate_calculator": {"non_numeric_metrics": frozenset({TASKSET_SCHEDULE_METRIC})},
+    "pass_rate_calculator": {
+        "non_numeric_metrics": frozenset({TASKSET_SCHEDULE_METRIC, SELECTOR_METRIC})
+    },
 }
 if not _HAVE_DJ:
     _reason = "py-data-juicer is not installed (trinity-buffer[data-juicer])"

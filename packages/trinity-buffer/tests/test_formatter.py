@@ -234,3 +234,45 @@ def test_formatted_experiences_serialize(tokenizer):
 def test_tokenizer_without_chat_template_support_is_refused():
     with pytest.raises(TypeError, match="apply_chat_template"):
         SFTFormatter(object())
+
+
+def test_trinity_rft_0_6_formatter_arguments(tokenizer, tmp_path):
+    """``FORMATTER.get("sft")(tokenizer_path=..., format_config=...)``, as 0.6 builds them."""
+    tokenizer.save_pretrained(tmp_path / "tok")
+    config = FormatConfig(prompt_type="plaintext", prompt_key="q", response_key="a")
+    sft = FORMATTERS.get("sft")(tokenizer_path=str(tmp_path / "tok"), format_config=config)
+    exp = sft.format({"q": "What is two plus two?", "a": "It is four."})
+    assert "It is four." in _decode(tokenizer, exp.tokens[exp.prompt_length :])
+    with pytest.raises(TypeError, match="tokenizer"):
+        SFTFormatter(format_config=config)
+
+
+def test_task_formatter_resolves_the_workflow_and_reward_classes():
+    from trinity.common.config import StorageConfig
+    from trinity.common.rewards import REWARD_FUNCTIONS, RewardFn
+    from trinity.common.workflows import WORKFLOWS, Workflow
+
+    class _Flow(Workflow):
+        def run(self):
+            return []
+
+    class _Reward(RewardFn):
+        def __call__(self, **kwargs):
+            return {"accuracy": 1.0}
+
+    WORKFLOWS.register_module("fmt_test_flow", _Flow)
+    REWARD_FUNCTIONS.register_module("fmt_test_reward", _Reward)
+    try:
+        config = StorageConfig(
+            default_workflow_type="fmt_test_flow",
+            default_reward_fn_type="fmt_test_reward",
+            workflow_args={"k": 1},
+            is_eval=True,
+        )
+        row = {"question": "1+1=", "answer": "2"}
+        task = FORMATTERS.get("task")(config=config).format(row)
+        assert task.workflow is _Flow and task.reward_fn is _Reward
+        assert task.raw_task is row and task.workflow_args == {"k": 1} and task.is_eval
+    finally:
+        WORKFLOWS.unregister("fmt_test_flow")
+        REWARD_FUNCTIONS.unregister("fmt_test_reward")

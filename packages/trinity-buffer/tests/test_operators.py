@@ -14,15 +14,20 @@ from trinity.buffer.operators import (
     DAPODynamicSamplingFilter,
     ExperienceOperator,
     ExperienceOperatorError,
+    ExperienceOperatorV1,
+    ExperienceOperatorV1Wrapper,
     InvalidRewardFilter,
     MaskResponseTruncatedOperator,
     PassRateCalculator,
     RewardFilter,
     RewardShapingMapper,
     RewardSTDFilter,
+    build_operators,
     create_operators,
 )
+from trinity.buffer.pipelines import ExperiencePipeline
 from trinity.common.config import OperatorConfig
+from trinity.common.constants import SELECTOR_METRIC
 from trinity.common.experience import EID, Experience
 
 BUILTINS = {
@@ -58,7 +63,7 @@ def test_builtins_are_registered():
 
 
 def test_create_operators_from_every_spelling():
-    ops = create_operators(
+    ops = build_operators(
         [
             OperatorConfig(name="reward_filter", args={"threshold": 0.5}),
             {"name": "reward_std_filter", "args": {"threshold": 0.1}},
@@ -71,6 +76,39 @@ def test_create_operators_from_every_spelling():
         [],
         {"masked_truncated_count": 0},
     )
+
+
+def test_create_operators_gives_trinity_rft_0_6_async_operators():
+    """0.6's factory: every operator is an ExperienceOperatorV1 (``await op.process``), a
+    synchronous one wrapped (its attributes read through), each given the auxiliary models."""
+    import asyncio
+
+    (op,) = create_operators([OperatorConfig(name="reward_filter", args={"threshold": 0.5})])
+    assert isinstance(op, ExperienceOperatorV1Wrapper) and isinstance(op, ExperienceOperatorV1)
+    assert isinstance(op.operator, RewardFilter) and op.threshold == 0.5
+    assert op.auxiliary_models == {}
+    kept, metrics = asyncio.run(op.process([exp(reward=1.0), exp(reward=0.0)]))
+    assert [e.reward for e in kept] == [1.0] and metrics["filtered_count"] == 1
+
+    class Doubler(ExperienceOperatorV1):
+        async def process(self, exps):
+            return exps + exps, {"doubled": len(exps)}
+
+    EXPERIENCE_OPERATORS.register_module("test_doubler", Doubler)
+    try:
+        models = {0: ["client"]}
+        (v1,) = create_operators(["test_doubler"], auxiliary_models=models)
+        assert type(v1) is Doubler and v1.auxiliary_models == models
+        # the pipeline awaits it, and runs a wrapped synchronous operator as itself
+        pipeline = ExperiencePipeline(
+            ["test_doubler", "reward_filter"],
+            operators=[v1, *create_operators(["reward_filter"])],
+        )
+        assert isinstance(pipeline.operators[1], RewardFilter)
+        out, _ = asyncio.run(pipeline.apply_async([exp(reward=1.0)]))
+        assert len(out) == 2
+    finally:
+        EXPERIENCE_OPERATORS.unregister("test_doubler")
 
 
 def test_create_operators_names_the_bad_entry():
@@ -226,8 +264,14 @@ def test_reward_shaping_mapper_applies_configs_in_order():
     assert metrics == {"reward_diff/mean": 0.0, "reward_diff/min": 0.0, "reward_diff/max": 0.0}
     d = exp(reward=1.0, info={"quality": 0.25})
     out, metrics = RewardShapingMapper([{"stats_key": "quality", "op_type": "SUB"}]).process([d])
-    assert out[0].reward == 0.75 and metrics == {}  # no metrics unless asked (Trinity-RFT)
-    assert RewardShapingMapper().process([]) == ([], {})
+    # reward_diff/* by default, as Trinity-RFT 0.6 reports them (all 0 for an empty step)
+    assert out[0].reward == 0.75 and metrics["reward_diff/mean"] == pytest.approx(-0.25)
+    zeros = {"reward_diff/mean": 0.0, "reward_diff/min": 0.0, "reward_diff/max": 0.0}
+    assert RewardShapingMapper().process([]) == ([], zeros)
+    out, metrics = RewardShapingMapper(
+        [{"stats_key": "quality"}], report_reward_diff=False
+    ).process([d])
+    assert out[0].reward == 1.25 and metrics == {}
 
 
 def test_pass_rate_calculator_reports_per_task_rates():
@@ -235,7 +279,9 @@ def test_pass_rate_calculator_reports_per_task_rates():
     exps.append(exp(task=7, reward=0.5, info={"task_index": {"taskset_id": 1, "index": 42}}))
     out, metrics = PassRateCalculator().process(exps)
     assert out is exps
-    assert metrics[TASKSET_SCHEDULE_METRIC] == {0: 0.75, 1: 0.0, (1, 42): 0.5}
+    assert metrics[TASKSET_SCHEDULE_METRIC] == {0: 0.75, 1: 0.0}
+    # a task that carries its task set is reported in Trinity-RFT 0.6's shape instead
+    assert metrics[SELECTOR_METRIC] == {1: {"indices": [42], "values": [0.5]}}
     assert metrics["task_count"] == 3
     _, metrics = PassRateCalculator(success_threshold=0.6).process(group(0, [0.5, 0.7]))
     assert metrics[TASKSET_SCHEDULE_METRIC] == {0: 0.5}

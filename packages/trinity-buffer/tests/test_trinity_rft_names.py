@@ -85,7 +85,8 @@ def test_reward_shaping_mapper_takes_reward_shaping_configs():
     )
     exp = Experience(tokens=[1, 2], reward=1.0, info={"q": 3, "d": 2})
     (out,), metrics = op.process([exp])
-    assert out.reward == (1.0 + 3) * 0.5 * 2 and exp.reward == 1.0 and metrics == {}
+    assert out.reward == (1.0 + 3) * 0.5 * 2 and exp.reward == 1.0
+    assert metrics == {"reward_diff/mean": 3.0, "reward_diff/min": 3.0, "reward_diff/max": 3.0}
 
 
 def test_guide_s_trinity_data_paths_are_the_buffer_s_objects():
@@ -113,7 +114,7 @@ def test_guide_s_trinity_data_paths_are_the_buffer_s_objects():
             return kept, {"filtered_count": len(exps) - len(kept)}
 
     try:
-        (op,) = ops.create_operators(
+        (op,) = ops.build_operators(
             [OperatorConfig(name="guide_path_reward_floor", args={"threshold": 0.5})]
         )
         assert isinstance(op, RewardFloor)

@@ -549,7 +549,8 @@ def test_default_experience_buffer_for_mode_both() -> None:
 def test_mode_requirements_are_reported_together(cuda) -> None:
     error = load_error({"mode": "explore"}, check=True)
     paths = {issue.path for issue in error.errors}
-    assert {"model.model_path", "checkpoint_root_dir", "buffer.explorer_input.taskset"} <= paths
+    assert {"model.model_path", "buffer.explorer_input.taskset"} <= paths
+    assert "checkpoint_root_dir" not in paths  # empty: the current directory, as Trinity-RFT
     assert "needs a train task set" in issue_at(error, "buffer.explorer_input.taskset").message
 
     error = load_error(runnable(buffer={"explorer_input": {"taskset": {"path": None}}}), check=True)
@@ -574,8 +575,10 @@ def test_mode_requirements_are_reported_together(cuda) -> None:
     )
     assert load_config(train, check=True).buffer.trainer_input.experience_buffer.batch_size == 8
 
-    error = load_error(runnable(checkpoint_root_dir=""), check=True)
-    assert "required in mode 'both'" in issue_at(error, "checkpoint_root_dir").message
+    # an empty root is the current directory, as in Trinity-RFT 0.6 (with a warning)
+    empty = load_config(runnable(checkpoint_root_dir=""), check=True)
+    assert empty.checkpoint_root_dir == os.getcwd()
+    assert any("checkpoint_root_dir is not set" in w for w in empty.warnings)
 
 
 def test_sft_needs_explicit_train_batch_size(cuda) -> None:

@@ -180,9 +180,14 @@ def test_needs_taskset(mode: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_saves(mode: str, tmp_path: Path) -> None:
-    issues = _issue_paths(_runnable(mode, tmp_path, checkpoint_root_dir="")) or set()
-    assert ("checkpoint_root_dir" in issues) == RUN_MODES[mode].saves
+def test_saves(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a mode that saves writes under checkpoint_root_dir; left empty, that is the current
+    # directory (Trinity-RFT 0.6's default), with a warning
+    monkeypatch.chdir(tmp_path)
+    config = load_config(_runnable(mode, tmp_path, checkpoint_root_dir=""), check=True)
+    saves = RUN_MODES[mode].saves
+    assert config.checkpoint_root_dir == (str(tmp_path) if saves else "")
+    assert any("checkpoint_root_dir is not set" in w for w in config.warnings) == saves
 
 
 @pytest.mark.parametrize("mode", MODES)

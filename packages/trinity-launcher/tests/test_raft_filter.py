@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from trinity.algorithm import ALGORITHM_TYPE
-from trinity.buffer.operators.experience_operator import create_operators
+from trinity.buffer.operators.experience_operator import build_operators
 from trinity.common.config import load_config
 from trinity.common.experience import Experience
 
@@ -29,7 +29,7 @@ def _exps(rewards: list[float]) -> list[Experience]:
 def test_raft_pipeline_keeps_only_successful_rollouts():
     config = _raft_config()
     warnings = ALGORITHM_TYPE.get("raft").check_config(config)
-    operators = create_operators(config.data_processor.experience_pipeline.operators)
+    operators = build_operators(config.data_processor.experience_pipeline.operators)
     exps = _exps([1.0, 0.0, 1.0, 0.5, 0.0])
     for op in operators:
         exps, _ = op.process(exps)
@@ -43,6 +43,6 @@ def test_raft_pipeline_keeps_only_successful_rollouts():
 def test_raft_keeps_the_users_reward_filter():
     config = _raft_config([{"name": "reward_filter", "args": {"threshold": 0.5}}])
     assert ALGORITHM_TYPE.get("raft").check_config(config) == []
-    operators = create_operators(config.data_processor.experience_pipeline.operators)
+    operators = build_operators(config.data_processor.experience_pipeline.operators)
     exps, _ = operators[0].process(_exps([1.0, 0.0, 0.5]))
     assert [e.reward for e in exps] == [1.0, 0.5]

@@ -207,3 +207,29 @@ def test_bad_workflow_args_are_refused_naming_the_key(args, message):
 
 def test_registered_under_trinity_rfts_name():
     assert WORKFLOWS.get("sudoku_workflow") is SudokuWorkflow
+
+
+def test_trinity_rft_0_6_sudoku_helpers_at_their_module_paths():
+    from trinity.common.workflows.envs.sudoku import SudokuGenerator as Gen
+    from trinity.common.workflows.envs.sudoku.sudoku_generator import SudokuGenerator
+    from trinity.common.workflows.envs.sudoku.sudoku_judge import SudokuJudge
+
+    assert Gen is SudokuGenerator
+    for size in (4, 9):
+        puzzle, solution = SudokuGenerator(size=size, seed=1).generate("easy")
+        assert len(puzzle) == len(solution) == size
+        assert SudokuJudge.is_valid(puzzle) and SudokuJudge.is_valid(solution)
+        assert all(0 not in row for row in solution) and any(0 in row for row in puzzle)
+        assert SudokuJudge.is_solved(solution, [list(r) for r in solution])
+    assert SudokuGenerator(size=4, seed=3).generate() == SudokuGenerator(size=4, seed=3).generate()
+    assert not SudokuJudge.is_valid([[1, 1, 0, 0]] + [[0] * 4] * 3)
+
+
+def test_trinity_rft_0_6_workflow_module_paths():
+    from trinity.common.workflows.math_rm_workflow import AsyncMathRMWorkflow, MathRMWorkflow
+    from trinity.common.workflows.math_ruler_workflow import MathRULERWorkflow
+    from trinity.workflows.ruler import MathRULERWorkflow as Ruler
+    from trinity.workflows.single_turn import MathRMWorkflow as RM
+
+    assert MathRMWorkflow is RM and issubclass(AsyncMathRMWorkflow, RM)
+    assert MathRULERWorkflow is Ruler

@@ -43,10 +43,22 @@ class WriterCount(int):
     Trinity-RFT 0.6 declares both methods ``async`` (``await writer.acquire()``) while code
     written for this package calls them plainly; the work is done when the method is called,
     and ``n = writer.acquire()`` and ``n = await writer.acquire()`` give the same count.
+    It is also a finished coroutine (``send`` / ``throw`` / ``close``), so code that runs the
+    0.6 coroutine itself (``asyncio.run(writer.release())``) gets the count too.
     """
 
     def __await__(self) -> Generator[Any, None, int]:
         return _ready(int(self)).__await__()
+
+    # the coroutine protocol (collections.abc.Coroutine): done at once, with the count
+    def send(self, value: Any) -> Any:
+        raise StopIteration(int(self))
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        raise typ if val is None else val
+
+    def close(self) -> None:
+        return None
 
 
 async def _ready(value: int) -> int:

@@ -15,8 +15,8 @@ from typing import Any, Optional, Union
 # The bases live in ``trinity.buffer.base`` (below the storages); re-exported here so that
 # ``from trinity.buffer.buffer_reader import BufferReader, OfflineReader, EndOfStream`` works.
 from trinity.buffer.base import BufferReader, EndOfStream, OfflineReader
-from trinity.buffer.buffer_writer import build_storage
-from trinity.common.config import StorageConfig
+from trinity.buffer.buffer_writer import build_storage, resolve_storage_config
+from trinity.common.config import StorageConfig, TasksetConfig
 from trinity.common.storage import READER
 
 __all__ = ["BufferReader", "OfflineReader", "EndOfStream", "get_buffer_reader"]
@@ -38,4 +38,28 @@ def get_buffer_reader(
             in-process queue, ``None`` (default) to use Ray when it is initialized and
             ``wrap_in_ray`` is set.
     """
+    if _is_task_file(storage_config):
+        from trinity.buffer.reader.file_reader import TaskFileReader
+
+        return TaskFileReader(resolve_storage_config(storage_config))
     return build_storage(READER, storage_config, use_ray=use_ray)
+
+
+def _is_task_file(storage_config: Any) -> bool:
+    """A task set stored as a file (Trinity-RFT 0.6 reads its rows as tasks through the
+    ``file`` reader): a ``TasksetConfig``, or a storage naming the ``task`` schema or, with no
+    schema, a default workflow (the rule the SQL reader uses for a new table), whose
+    ``storage_type`` is ``file`` and whose ``file`` reader is still the built-in one."""
+    if isinstance(storage_config, Mapping):
+        return False
+    storage_type = getattr(storage_config, "storage_type", None)
+    if str(getattr(storage_type, "value", storage_type)) != "file":
+        return False
+    from trinity.buffer.storage.file import FileReader
+
+    if READER.get("file") is not FileReader:  # a plugin replaced the file reader: its call
+        return False
+    schema = getattr(storage_config, "schema_type", None)
+    if isinstance(storage_config, TasksetConfig) or schema == "task":
+        return True
+    return schema is None and bool(getattr(storage_config, "default_workflow_type", None))

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import torch
 
+from trinity.buffer.task_rows import row_to_task
 from trinity.common.config import FormatConfig
 from trinity.common.experience import Experience
 from trinity.common.models.utils import ChatTemplateError, tokenize_and_mask_messages
@@ -38,6 +39,7 @@ __all__ = [
     "ExperienceFormatter",
     "SFTFormatter",
     "DPOFormatter",
+    "TaskFormatter",
     "FormatError",
     "get_formatter",
 ]
@@ -128,8 +130,19 @@ def _response_messages(value: Any, what: str) -> Messages:
 class ExperienceFormatter(ABC):
     """Turns one raw row into an :class:`Experience` using the model's chat template."""
 
-    def __init__(self, tokenizer: Any, format_config: Optional[FormatConfig] = None) -> None:
-        self.tokenizer = _load_tokenizer(tokenizer)
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        format_config: Optional[FormatConfig] = None,
+        *,
+        tokenizer_path: Optional[str] = None,
+    ) -> None:
+        # ``tokenizer_path=`` is Trinity-RFT 0.6's keyword (it passes a path, never a tokenizer)
+        if (tokenizer is None) == (tokenizer_path is None):
+            raise TypeError(
+                f"{type(self).__name__} takes a tokenizer (or a path to one), or tokenizer_path="
+            )
+        self.tokenizer = _load_tokenizer(tokenizer if tokenizer is not None else tokenizer_path)
         self.config = format_config or FormatConfig()
         self.chat_template = self.config.chat_template
 
@@ -315,6 +328,33 @@ class DPOFormatter(ExperienceFormatter):
             messages=prompt_messages,
             experience_type="dpo",
         )
+
+
+@FORMATTERS.register_module("task")
+class TaskFormatter:
+    """Task set rows -> :class:`~trinity.common.workflows.Task` (Trinity-RFT's ``"task"``
+    formatter, ``FORMATTER.get("task")(config)``).
+
+    The row's workflow / reward function (columns ``format.workflow_key`` /
+    ``format.reward_fn_key``) win over the storage's defaults, as in a task set reader; unlike
+    the reader's tasks (which keep names until run), the formatter's carry the classes, as
+    Trinity-RFT's do. The explorer's task sets use the reader; this is for code that formats
+    rows itself.
+    """
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    def format(self, sample: dict[str, Any]) -> Any:
+        task = row_to_task(dict(sample), 0, self.config)
+        task.workflow = task.workflow_cls
+        task.reward_fn = task.reward_fn_cls
+        task.raw_task = sample
+        task.task_id, task.index = "", {}
+        return task
+
+    def __call__(self, sample: dict[str, Any]) -> Any:
+        return self.format(sample)
 
 
 def get_formatter(

@@ -17,9 +17,10 @@ import os
 import sys
 import threading
 import warnings
-from typing import Any
+from logging.handlers import RotatingFileHandler
+from typing import Any, Optional
 
-from trinity.common.constants import LOG_LEVEL_ENV_VAR
+from trinity.common.constants import LOG_DIR_ENV_VAR, LOG_LEVEL_ENV_VAR, LOG_NODE_IP_ENV_VAR
 
 __all__ = [
     "DedupFilter",
@@ -120,12 +121,63 @@ def _configure_root() -> None:
     _configured = True
 
 
-def get_logger(name: str) -> logging.Logger:
-    """Return a logger under the ``trinity`` tree (level from ``TRINITY_LOG_LEVEL``)."""
+#: the logger of this process's Ray actor, once code in it asked for one (``in_ray_actor``)
+_actor_logger: Optional[logging.Logger] = None
+_FILE_FORMAT = "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s"
+
+
+def get_logger(
+    name: Optional[str] = None, level: Optional[int | str] = None, in_ray_actor: bool = False
+) -> logging.Logger:
+    """Return a logger under the ``trinity`` tree (level from ``TRINITY_LOG_LEVEL``).
+
+    Trinity-RFT 0.6's arguments: ``level`` sets this logger's level; ``in_ray_actor=True``,
+    called inside a Ray actor, makes it the actor's logger: with ``TRINITY_LOG_DIR`` set it
+    also writes to ``<that directory>/<name>.log`` (under a directory per node IP with
+    ``TRINITY_LOG_NODE_IP`` set), and every later ``get_logger`` call in the actor's process
+    returns it, so the modules the actor uses log into its file. Outside an actor
+    ``in_ray_actor`` has no effect.
+    """
+    if _actor_logger is not None:
+        return _actor_logger
     _configure_root()
-    if not name.startswith("trinity"):
-        name = f"trinity.{name}"
-    return logging.getLogger(name)
+    full = "trinity" if not name else name if name.startswith("trinity") else f"trinity.{name}"
+    logger = logging.getLogger(full)
+    if level is not None:
+        logger.setLevel(level.upper() if isinstance(level, str) else level)
+    if in_ray_actor and name and _in_ray_actor():
+        _become_actor_logger(logger, name, level)
+    return logger
+
+
+def _in_ray_actor() -> bool:
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - ray ships with every run's environment
+        return False
+    try:
+        return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+    except Exception:  # noqa: BLE001 - no runtime context: not an actor
+        return False
+
+
+def _become_actor_logger(logger: logging.Logger, name: str, level: Optional[int | str]) -> None:
+    global _actor_logger
+    if level is None:
+        logger.setLevel(_level_from_env())
+    log_dir = os.environ.get(LOG_DIR_ENV_VAR)
+    if log_dir:
+        if os.environ.get(LOG_NODE_IP_ENV_VAR, "0") != "0":
+            import ray
+
+            log_dir = os.path.join(log_dir, ray.util.get_node_ip_address())
+        os.makedirs(log_dir, exist_ok=True)
+        handler = RotatingFileHandler(
+            os.path.join(log_dir, f"{name}.log"), maxBytes=64 << 20, encoding="utf-8"
+        )
+        handler.setFormatter(logging.Formatter(_FILE_FORMAT, datefmt=_DATE_FORMAT))
+        logger.addHandler(handler)
+    _actor_logger = logger
 
 
 def set_level(level: int | str) -> None:

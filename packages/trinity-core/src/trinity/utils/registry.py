@@ -91,6 +91,11 @@ class UnknownModuleError(RegistryError, KeyError, ValueError):
         self.plugin_dirs = _loaded_plugin_dirs()
         super().__init__(name)
 
+    def __reduce__(self) -> Any:
+        # picklable (a Ray actor's error reaches the driver): rebuilt from the constructor's
+        # arguments, then the attributes as they were where it was raised
+        return (type(self), (self.registry, self.name, self.known), dict(self.__dict__))
+
     def __str__(self) -> str:
         msg = f"Unknown {self.registry} name {self.name!r}."
         if self.suggestion:

@@ -163,13 +163,33 @@ class ValidationReport:
 
 
 def validate(data: Mapping[str, Any]) -> ValidationReport:
-    """Validate ``data`` exactly as ``trinity-launch`` validates a file (no run is started)."""
+    """Validate ``data`` exactly as ``trinity-launch`` validates a file (no run is started).
+
+    One rule more, the Studio's own (as Trinity-RFT's Studio asks too): a config written here
+    names its ``checkpoint_root_dir``. A run reads an empty one as the directory it is started
+    in, which a page that writes a config for later cannot know.
+    """
     from trinity.launcher.validation import config_issues, validate_config
 
+    studio: list[ConfigIssue] = []
+    root = data.get("checkpoint_root_dir")
+    if not str(root or "").strip():
+        studio.append(
+            ConfigIssue(
+                path="checkpoint_root_dir",
+                message="checkpoint_root_dir: required here (checkpoints, logs and buffers are "
+                "written under it; empty, a run writes under the directory it is started in)",
+                value=root,
+                kind="missing",
+                loc=("checkpoint_root_dir",),
+            )
+        )
     try:
         config, warnings = validate_config(copy.deepcopy(dict(data)))
     except Exception as exc:  # every failure becomes located issues
-        return ValidationReport(issues=config_issues(exc))
+        return ValidationReport(issues=studio + config_issues(exc))
+    if studio:
+        return ValidationReport(issues=studio)
     return ValidationReport(warnings=list(config.warnings) + list(warnings), config=config)
 
 

@@ -150,7 +150,10 @@ def ppo_clip_loss(
         seq_kl = masked_mean(-log_ratio, mask, axis=-1)  # [batch]
         drop = negative & (seq_kl > sequence_mask_delta).unsqueeze(-1)  # [batch, len]
         pg_losses = pg_losses * (~drop).to(pg_losses.dtype)
-        metrics["seq_mask/masked_tokens"] = masked_mean(drop.to(logprob.dtype), mask).detach()
+        # Trinity-RFT's ratio: masked positions over trained tokens (a padding position with a
+        # negative advantage counts too; padding carries advantage 0 in a real batch)
+        trained = mask.to(logprob.dtype).sum().clamp(min=1e-10)
+        metrics["seq_mask/masked_tokens"] = (drop.to(logprob.dtype).sum() / trained).detach()
         metrics["seq_mask/mean_sequence_kl"] = (
             seq_kl.mean().detach() if seq_kl.numel() else torch.zeros((), dtype=logprob.dtype)
         )

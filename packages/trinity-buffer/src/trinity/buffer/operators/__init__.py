@@ -1,7 +1,9 @@
 """Experience operators: the steps of the experience pipeline.
 
 ``ExperienceOperator`` is the guide's one-method contract (``process(exps) -> (exps,
-metrics)``); ``EXPERIENCE_OPERATORS`` maps the names used in
+metrics)``), ``ExperienceOperatorV1`` Trinity-RFT 0.6's asynchronous one (what
+``create_operators`` returns; ``build_operators`` gives the operators as built);
+``EXPERIENCE_OPERATORS`` maps the names used in
 ``data_processor.experience_pipeline.operators`` to classes. Importing this package registers
 the built-ins: ``reward_filter``, ``reward_std_filter``, ``dapo_dynamic_sampling``,
 ``invalid_reward_filter``, ``mask_response_truncated``, ``reward_shaping_mapper``,
@@ -18,8 +20,12 @@ from trinity.buffer.operators.experience_operator import (
     EXPERIENCE_OPERATORS,
     ExperienceOperator,
     ExperienceOperatorError,
+    ExperienceOperatorV1,
+    ExperienceOperatorV1Wrapper,
     OperatorSpec,
+    build_operators,
     create_operators,
+    ensure_v1_operator,
     operator_config,
 )
 from trinity.buffer.operators.filters import (
@@ -39,8 +45,12 @@ __all__ = [
     "EXPERIENCE_OPERATORS",
     "ExperienceOperator",
     "ExperienceOperatorError",
+    "ExperienceOperatorV1",
+    "ExperienceOperatorV1Wrapper",
     "OperatorSpec",
+    "build_operators",
     "create_operators",
+    "ensure_v1_operator",
     "operator_config",
     "RewardFilter",
     "RewardSTDFilter",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from trinity.common.config import OperatorConfig
 from trinity.common.experience import Experience
@@ -20,9 +20,13 @@ from trinity.utils.registry import Registry
 __all__ = [
     "EXPERIENCE_OPERATORS",
     "ExperienceOperator",
+    "ExperienceOperatorV1",
+    "ExperienceOperatorV1Wrapper",
     "ExperienceOperatorError",
     "OperatorSpec",
+    "build_operators",
     "create_operators",
+    "ensure_v1_operator",
     "operator_config",
 ]
 
@@ -46,6 +50,16 @@ class ExperienceOperatorError(RuntimeError):
         super().__init__(message)
         self.index = index
         self.name = name
+
+    def __reduce__(self) -> Any:
+        # picklable, so an operator failing in a Ray actor reaches the driver as itself
+        return (_operator_error, (type(self), self.args[0], self.index, self.name))
+
+
+def _operator_error(
+    cls: type[ExperienceOperatorError], message: str, index: int, name: str
+) -> ExperienceOperatorError:
+    return cls(message, index=index, name=name)
 
 
 class ExperienceOperator(ABC):
@@ -74,8 +88,78 @@ class ExperienceOperator(ABC):
 
     @classmethod
     def create_operators(cls, operator_configs: Sequence[OperatorSpec]) -> list[ExperienceOperator]:
-        """Trinity-RFT's spelling of :func:`create_operators`."""
-        return create_operators(operator_configs)
+        """Trinity-RFT's older spelling: the operators as built (:func:`build_operators`),
+        whose ``process`` is called directly."""
+        return build_operators(operator_configs)
+
+
+class ExperienceOperatorV1(ABC):
+    """Trinity-RFT 0.6's asynchronous operator contract: ``async process(exps) -> (exps,
+    metrics)``, an ``async prepare()`` run once before the first step, ``async close()``, and
+    the auxiliary models (OpenAI clients by model index or name) set before ``prepare``.
+
+    Register a subclass in :data:`EXPERIENCE_OPERATORS` like any operator; the pipeline awaits
+    its ``process``.
+    """
+
+    auxiliary_models: dict[Any, list[Any]]
+
+    def set_auxiliary_model(self, auxiliary_models: Optional[dict[Any, list[Any]]] = None) -> None:
+        """Give the operator the auxiliary models (``{index or name: [OpenAI client, ...]}``)."""
+        self.auxiliary_models = auxiliary_models or {}
+
+    async def prepare(self) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Asynchronous set-up before the first :meth:`process` (default: nothing)."""
+
+    @abstractmethod
+    async def process(self, exps: list[Experience]) -> tuple[list[Experience], dict]:
+        """Process one explore step's experiences; return them (transformed) and metrics."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Release resources held by the operator (default: nothing to release)."""
+
+
+class ExperienceOperatorV1Wrapper(ExperienceOperatorV1):
+    """An :class:`ExperienceOperator` (synchronous ``process``) behind the asynchronous
+    contract, as Trinity-RFT 0.6's ``create_operators`` returns it. Other attributes read
+    through to the wrapped operator (``wrapper.operator``)."""
+
+    def __init__(self, operator: Any) -> None:
+        self.operator = operator
+
+    async def process(self, exps: list[Experience]) -> tuple[list[Experience], dict]:
+        return self.operator.process(exps)
+
+    async def close(self) -> None:
+        close = getattr(self.operator, "close", None)
+        result = close() if callable(close) else None
+        if inspect.isawaitable(result):
+            await result
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "operator":  # not set yet (copying, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.operator, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.operator!r})"
+
+
+def ensure_v1_operator(operator: Any) -> ExperienceOperatorV1:
+    """``operator`` as an :class:`ExperienceOperatorV1`: itself, or wrapped when its
+    ``process`` is synchronous (Trinity-RFT 0.6's function of the same name)."""
+    if isinstance(operator, ExperienceOperatorV1):
+        return operator
+    if inspect.iscoroutinefunction(getattr(operator, "process", None)):
+        return operator  # an asynchronous operator that does not subclass the contract
+    if callable(getattr(operator, "process", None)):
+        return ExperienceOperatorV1Wrapper(operator)
+    raise TypeError(f"Unsupported operator instance type: {type(operator).__name__}")
+
+
+def unwrap_operator(operator: Any) -> Any:
+    """The operator inside an :class:`ExperienceOperatorV1Wrapper`, else ``operator``."""
+    return operator.operator if isinstance(operator, ExperienceOperatorV1Wrapper) else operator
 
 
 def operator_config(spec: OperatorSpec) -> OperatorConfig:
@@ -93,15 +177,38 @@ def operator_config(spec: OperatorSpec) -> OperatorConfig:
     )
 
 
-def create_operators(operator_configs: Sequence[OperatorSpec]) -> list[ExperienceOperator]:
-    """Instantiate the operators listed in a pipeline config, in order.
+def create_operators(
+    operator_configs: Sequence[OperatorSpec],
+    auxiliary_models: Optional[dict[Any, list[Any]]] = None,
+) -> list[ExperienceOperatorV1]:
+    """Trinity-RFT 0.6's factory: the operators of a pipeline config as
+    :class:`ExperienceOperatorV1` (``await op.process(exps)``), a synchronous operator wrapped
+    (:func:`ensure_v1_operator`), each given ``auxiliary_models``.
+
+    Raises:
+        ExperienceOperatorError: as :func:`build_operators`.
+    """
+    operators = []
+    for op in build_operators(operator_configs):
+        v1 = ensure_v1_operator(op)
+        set_models = getattr(v1, "set_auxiliary_model", None)
+        if callable(set_models):
+            set_models(auxiliary_models)
+        operators.append(v1)
+    return operators
+
+
+def build_operators(operator_configs: Sequence[OperatorSpec]) -> list[Any]:
+    """Instantiate the operators listed in a pipeline config, in order, as their classes
+    build them (what the experience pipeline runs: a synchronous ``process`` is called
+    directly, an asynchronous one awaited).
 
     Raises:
         ExperienceOperatorError: an entry names an unknown operator, a class that is not an
             operator, or arguments its ``__init__`` rejects; the message names the entry's
             index in ``operators`` and its name.
     """
-    operators: list[ExperienceOperator] = []
+    operators: list[Any] = []
     for index, spec in enumerate(operator_configs):
         config = operator_config(spec)
         where = f"experience_pipeline.operators[{index}] ({config.name!r})"

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from trinity.buffer.operators.experience_operator import EXPERIENCE_OPERATORS, ExperienceOperator
 from trinity.common.config import RewardShapingConfig
-from trinity.common.constants import OpType
+from trinity.common.constants import SELECTOR_METRIC, OpType
 from trinity.common.experience import Experience
 
 __all__ = ["RewardShapingMapper", "PassRateCalculator", "TASKSET_SCHEDULE_METRIC"]
@@ -44,8 +44,9 @@ class RewardShapingMapper(ExperienceOperator):
               :class:`~trinity.common.constants.OpType` or its name, case-insensitive, default
               ``ADD``): ``reward = reward <op> weight * info[stats_key]``;
             - ``weight``: factor on the statistic (default 1.0).
-        report_reward_diff: also report ``reward_diff/mean|min|max`` (new minus old reward);
-            off by default, as Trinity-RFT's mapper reports no metrics.
+        report_reward_diff: report ``reward_diff/mean|min|max`` (new minus old reward; 0 for
+            an experience without a reward, and all 0 for an empty step), as Trinity-RFT 0.6's
+            mapper does; ``False`` reports no metrics (its earlier versions).
 
     Returns shaped *copies* (shallow: tensors are shared): the input experiences keep their
     rewards, as in Trinity-RFT. An experience without the statistic (or without a reward)
@@ -58,7 +59,7 @@ class RewardShapingMapper(ExperienceOperator):
     def __init__(
         self,
         reward_shaping_configs: Optional[list[Any]] = None,
-        report_reward_diff: bool = False,
+        report_reward_diff: bool = True,
     ) -> None:
         self.report_reward_diff = report_reward_diff
         self.reward_shaping_configs: list[dict[str, Any]] = []
@@ -100,6 +101,7 @@ class RewardShapingMapper(ExperienceOperator):
         for exp in exps:
             if exp.reward is None:
                 out.append(exp)
+                diffs.append(0.0)
                 continue
             before = exp.reward
             reward = before
@@ -110,7 +112,8 @@ class RewardShapingMapper(ExperienceOperator):
             out.append(shaped)
             diffs.append(shaped.reward - before)
         metrics: dict[str, float] = {}
-        if diffs and self.report_reward_diff:
+        if self.report_reward_diff:
+            diffs = diffs or [0.0]
             metrics = {
                 "reward_diff/mean": sum(diffs) / len(diffs),
                 "reward_diff/min": min(diffs),
@@ -139,9 +142,13 @@ def _task_key(exp: Experience) -> Hashable:
 class PassRateCalculator(ExperienceOperator):
     """Compute each task's pass rate and report it for curriculum scheduling.
 
-    The metric ``taskset_schedule`` maps a task key (see :func:`_task_key`) to the mean reward
-    of its runs (Trinity-RFT's definition) or, with ``success_threshold`` set, to the fraction
-    of runs whose reward is ``>= success_threshold``. Experiences pass through unchanged.
+    A task's pass rate is the mean reward of its runs (Trinity-RFT's definition) or, with
+    ``success_threshold`` set, the fraction of runs whose reward is ``>= success_threshold``.
+    Tasks that carry their task set (``info["task_index"] = {"taskset_id", "index"}``, as the
+    explorer records it) are reported under ``selector_metric`` in Trinity-RFT 0.6's shape,
+    ``{taskset_id: {"indices": [...], "values": [...]}}``; any other task key (see
+    :func:`_task_key`) under ``taskset_schedule``, ``{key: pass rate}``. Experiences pass
+    through unchanged.
     """
 
     def __init__(self, success_threshold: Optional[float] = None) -> None:
@@ -158,7 +165,20 @@ class PassRateCalculator(ExperienceOperator):
                 score = float(exp.reward >= self.success_threshold)
             per_task.setdefault(_task_key(exp), []).append(score)
         rates = {key: sum(v) / len(v) for key, v in per_task.items()}
-        metrics: dict[str, Any] = {TASKSET_SCHEDULE_METRIC: rates, "task_count": len(rates)}
+        by_taskset: dict[Any, dict[str, list]] = {}
+        bare: dict[Hashable, float] = {}
+        for key, rate in rates.items():
+            if isinstance(key, tuple) and len(key) == 2 and None not in key:
+                entry = by_taskset.setdefault(key[0], {"indices": [], "values": []})
+                entry["indices"].append(key[1])
+                entry["values"].append(rate)
+            else:
+                bare[key] = rate
+        metrics: dict[str, Any] = {"task_count": len(rates)}
+        if by_taskset:
+            metrics[SELECTOR_METRIC] = by_taskset
+        if bare or not by_taskset:
+            metrics[TASKSET_SCHEDULE_METRIC] = bare
         if rates:
             metrics["pass_rate/mean"] = sum(rates.values()) / len(rates)
         return exps, metrics

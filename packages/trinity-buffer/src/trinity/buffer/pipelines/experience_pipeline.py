@@ -24,9 +24,11 @@ from typing import Any, Optional, Protocol, Union, runtime_checkable
 from trinity.buffer.operators.experience_operator import (
     ExperienceOperator,
     ExperienceOperatorError,
+    ExperienceOperatorV1,
     OperatorSpec,
-    create_operators,
+    build_operators,
     operator_config,
+    unwrap_operator,
 )
 from trinity.common.config import Config, DataProcessorConfig, ExperiencePipelineConfig
 from trinity.common.experience import Experience
@@ -123,6 +125,21 @@ async def _await(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
+def _input_writer(pipeline: ExperiencePipelineConfig) -> Optional[Any]:
+    """The writer of ``input_save_path`` (the raw explorer output) when ``save_input`` is on:
+    a SQL storage for a database URL, a file storage (``.jsonl``, ``.parquet``) otherwise."""
+    path = pipeline.input_save_path
+    if not (pipeline.save_input and path):
+        return None
+    from trinity.buffer.buffer_writer import get_buffer_writer
+    from trinity.common.config import ExperienceBufferConfig
+
+    storage_type = "sql" if "://" in path else "file"
+    return get_buffer_writer(
+        ExperienceBufferConfig(name="explorer_output", storage_type=storage_type, path=path)
+    )
+
+
 class ExperiencePipeline:
     """Runs the configured operators over each explore step's experiences and writes the result.
 
@@ -135,7 +152,9 @@ class ExperiencePipeline:
         advantage_fn: ``advantage_fn(exps) -> (exps, metrics)``, run after the operators
             when the algorithm computes advantages outside the trainer; ``None`` otherwise.
         input_writer: where raw explorer output is saved before processing
-            when ``experience_pipeline.save_input`` is true; ``None`` saves nothing.
+            when ``experience_pipeline.save_input`` is true; ``None`` saves nothing, except
+            that a whole :class:`Config` with ``input_save_path`` set opens that path (a SQL
+            storage for a database URL, else a file storage).
         operators: already-built operators to use instead of building the config's list.
 
     Metrics (returned by :meth:`process` / :meth:`apply`): every operator's numeric metric
@@ -162,12 +181,15 @@ class ExperiencePipeline:
                 from trinity.buffer.buffer_writer import get_buffer_writer
 
                 writer = get_buffer_writer(buffer)
+        if input_writer is None and isinstance(config, Config):
+            input_writer = _input_writer(config.data_processor.experience_pipeline)
         self.config = _resolve_config(config)
         if operators is None:
-            self.operators: list[ExperienceOperator] = create_operators(self.config.operators)
+            self.operators: list[ExperienceOperator] = build_operators(self.config.operators)
             names = [op.name for op in self.config.operators]
         else:
-            self.operators = list(operators)
+            # a synchronous operator wrapped by create_operators runs as itself
+            self.operators = [unwrap_operator(op) for op in operators]
             configured = [op.name for op in self.config.operators]
             # Built from this config's list beforehand (the explorer does): keep the configured
             # names, so metrics read experience_pipeline/<name>/... on either path.
@@ -280,7 +302,7 @@ class ExperiencePipeline:
 
     async def process(
         self,
-        exps: list[Experience],
+        exps: Union[list[Experience], bytes],
         before_write: Optional[Callable[[list[Experience], dict[str, Any]], None]] = None,
     ) -> dict[str, Any]:
         """Save the raw input (if configured), run the operators, write the result; return metrics.
@@ -295,9 +317,14 @@ class ExperiencePipeline:
 
         Each call ends with the writer's ``end_step`` (where it has one): a call is one explore
         step, and a queue lets its reader stop at a step's end.
+
+        ``exps`` may also be their :meth:`Experience.serialize_many` bytes (what Trinity-RFT
+        0.6's explorer sends its pipeline actor).
         """
         start = time.perf_counter()
         writer = self._require_writer()
+        if isinstance(exps, (bytes, bytearray, memoryview)):
+            exps = Experience.deserialize_many(bytes(exps))
         if self.input_writer is not None and self.config.save_input:
             await _write_async(self.input_writer, exps)
         exps, metrics = await self.apply_async(exps)
@@ -342,6 +369,9 @@ class ExperiencePipeline:
         """Acquire the output writer (a shared queue counts its writers), if it supports it;
         off the event loop (``acquire_async``) where the writer has that."""
         await _call_writer(self.writer, "acquire")
+        for op in self.operators:
+            if isinstance(op, ExperienceOperatorV1):
+                await op.prepare()
 
     async def close(self) -> None:
         """Release the writer and close every operator; failures are logged, not raised."""

@@ -26,7 +26,6 @@ import asyncio
 import bisect
 import itertools
 import math
-import random
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -43,10 +42,19 @@ from trinity.buffer.storage.errors import (
     QueueWriteTimeout,
     StorageConfigError,
 )
-from trinity.utils.registry import Registry
+from trinity.buffer.storage.priority import (
+    PRIORITY_FN,
+    PRIORITY_FUNC,
+    LinearDecayPriority,
+    LinearDecayUseCountControlPriority,
+    PriorityFunction,
+)
+from trinity.utils.log import get_logger
 
 if TYPE_CHECKING:  # the queue actor's FIFO holds payloads and needs no torch
     from trinity.common.experience import Experience
+
+logger = get_logger(__name__)
 
 __all__ = [
     "PRIORITY_FN",
@@ -64,66 +72,6 @@ __all__ = [
     "QueueReader",
     "QueueWriter",
 ]
-
-#: Registry of replay priority functions (``replay_buffer.priority_fn``).
-PRIORITY_FN: Registry[type[PriorityFunction]] = Registry("priority_fn")
-#: Trinity-RFT's name of :data:`PRIORITY_FN`.
-PRIORITY_FUNC = PRIORITY_FN
-
-
-# --------------------------------------------------------------------------------------
-# Priority functions
-# --------------------------------------------------------------------------------------
-
-
-class PriorityFunction(ABC):
-    """Maps an experience and its use count to ``(priority, keep)``.
-
-    ``keep=False`` drops the experience instead of (re)inserting it — how a function limits
-    reuse. Constructed with ``replay_buffer.priority_fn_args`` as keyword arguments.
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        return None
-
-    @abstractmethod
-    def __call__(self, exp: Experience, use_count: int) -> tuple[float, bool]:
-        """Priority of ``exp`` after it has been read ``use_count`` times."""
-
-
-@PRIORITY_FN.register_module("linear_decay")
-class LinearDecayPriority(PriorityFunction):
-    """``model_version - decay * use_count``: prefer experiences from newer policies and those
-    used less; always kept (reuse is bounded only by the cooldown and eviction)."""
-
-    def __init__(self, decay: float = 2.0, **kwargs: Any) -> None:
-        self.decay = float(decay)
-
-    def __call__(self, exp: Experience, use_count: int) -> tuple[float, bool]:
-        version = exp.model_version if exp.model_version is not None else 0
-        return float(version - self.decay * use_count), True
-
-
-@PRIORITY_FN.register_module("decay_limit_randomization")
-class LinearDecayUseCountControlPriority(PriorityFunction):
-    """Linear decay plus Gaussian noise ``sigma`` (breaks ties at random) and a reuse limit:
-    an experience read ``use_count_limit`` times is dropped (``<= 0`` means no limit)."""
-
-    def __init__(
-        self, decay: float = 2.0, use_count_limit: int = 3, sigma: float = 0.0, **kwargs: Any
-    ) -> None:
-        self.decay = float(decay)
-        self.use_count_limit = int(use_count_limit)
-        self.sigma = float(sigma)
-
-    def __call__(self, exp: Experience, use_count: int) -> tuple[float, bool]:
-        version = exp.model_version if exp.model_version is not None else 0
-        priority = float(version - self.decay * use_count)
-        if self.sigma > 0:
-            priority += random.gauss(0.0, self.sigma)
-        keep = self.use_count_limit <= 0 or use_count < self.use_count_limit
-        return priority, keep
-
 
 # --------------------------------------------------------------------------------------
 # Queues
@@ -593,16 +541,44 @@ def build_queue(config: Any) -> Union[ExperienceQueue, PriorityReplayQueue]:
 
 
 _QUEUES: dict[str, Union[ExperienceQueue, PriorityReplayQueue]] = {}
+_QUEUE_SETTINGS: dict[str, tuple] = {}
 _QUEUES_LOCK = threading.Lock()
+
+
+def _settings(config: Any) -> tuple:
+    """What :func:`build_queue` builds from ``config``: kind, capacity and replay settings."""
+    if not _is_priority(config):
+        return ("fifo", int(config.capacity))
+    replay = config.replay_buffer
+    return (
+        "priority",
+        int(config.capacity),
+        getattr(replay, "priority_fn", None),
+        repr(sorted((getattr(replay, "priority_fn_args", None) or {}).items())),
+        getattr(replay, "reuse_cooldown_time", None),
+    )
 
 
 def get_queue(config: Any) -> Union[ExperienceQueue, PriorityReplayQueue]:
     """The process-wide queue named ``config.name``, created on first use — how a writer and
-    a reader built separately from the same config meet."""
+    a reader built separately from the same config meet. A config of that name asking for
+    another kind of queue (FIFO or priority, capacity, replay settings) gets a new one, built
+    as it says; the old one is forgotten (with a warning)."""
     with _QUEUES_LOCK:
         queue = _QUEUES.get(config.name)
+        settings = _settings(config)
+        if queue is not None and _QUEUE_SETTINGS.get(config.name) != settings:
+            logger.warning(
+                "queue %r opened with other settings %s than the queue of that name %s: "
+                "using a new queue",
+                config.name,
+                settings,
+                _QUEUE_SETTINGS.get(config.name),
+            )
+            queue = None
         if queue is None:
             queue = _QUEUES[config.name] = build_queue(config)
+            _QUEUE_SETTINGS[config.name] = settings
         return queue
 
 
@@ -610,12 +586,14 @@ def remove_queue(name: str) -> None:
     """Forget the named queue (the next :func:`get_queue` creates a fresh one)."""
     with _QUEUES_LOCK:
         _QUEUES.pop(name, None)
+        _QUEUE_SETTINGS.pop(name, None)
 
 
 def clear_queues() -> None:
     """Forget every named queue (test isolation)."""
     with _QUEUES_LOCK:
         _QUEUES.clear()
+        _QUEUE_SETTINGS.clear()
 
 
 # --------------------------------------------------------------------------------------

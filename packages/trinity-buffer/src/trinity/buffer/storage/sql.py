@@ -74,6 +74,7 @@ from trinity.utils.log import get_logger
 __all__ = [
     "EXPERIENCE_ROWS",
     "TASK_ROWS",
+    "SQLTaskStorage",
     "SQLStorage",
     "SQLReader",
     "SQLWriter",
@@ -92,6 +93,8 @@ TASK_ROWS = "task"
 _ENGINES: dict[tuple[int, str], Engine] = {}
 #: open storages per engine; the engine is closed when its last storage closes
 _USERS: dict[tuple[int, str], int] = {}
+#: the database file each SQLite engine was last seen using (see :func:`_engine`)
+_FILES: dict[tuple[int, str], Optional[tuple[int, int]]] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
@@ -134,12 +137,31 @@ def _is_sqlite_file(url: str) -> bool:
     return parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
 
 
+def _file_identity(url: str) -> Optional[tuple[int, int]]:
+    """``(device, inode)`` of a SQLite URL's database file, ``None`` while it does not exist."""
+    try:
+        st = os.stat(make_url(url).database or "")
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _engine(url: str, use: bool = False) -> Engine:
     """One engine per URL per process (engines hold pools; forked children need their own).
-    ``use``: count one more open storage of it (see :func:`_release_engine`)."""
+    ``use``: count one more open storage of it (see :func:`_release_engine`).
+
+    A SQLite file deleted (or replaced) since its engine connected is opened afresh: the
+    pooled connections still hold the old file, so they are closed and new ones open the
+    file now at that path."""
     key = (os.getpid(), url)
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
+        if engine is not None and _is_sqlite_file(url):
+            now = _file_identity(url)
+            known = _FILES.get(key)
+            if known is not None and now != known:
+                engine.dispose()
+            _FILES[key] = now
         if engine is None:
             parsed = make_url(url)
             kwargs: dict[str, Any] = {}
@@ -148,6 +170,13 @@ def _engine(url: str, use: bool = False) -> Engine:
             engine = create_engine(url, **kwargs)
             if _is_sqlite_file(url):
                 event.listen(engine, "connect", _sqlite_pragmas)
+                _FILES[key] = _file_identity(url)
+
+                def _remember_file(_conn: Any, _record: Any, key: Any = key) -> None:
+                    # the file this connection opened (SQLite creates it on first connect)
+                    _FILES[key] = _file_identity(key[1])
+
+                event.listen(engine, "connect", _remember_file)
             _ENGINES[key] = engine
         if use:
             _USERS[key] = _USERS.get(key, 0) + 1
@@ -176,6 +205,7 @@ def _release_engine(url: str) -> None:
             _USERS[key] = users
             return
         _USERS.pop(key, None)
+        _FILES.pop(key, None)
         engine = _ENGINES.pop(key, None)
     if engine is not None:
         _close_engine(url, engine)
@@ -469,6 +499,9 @@ class SQLReader(OfflineReader):
     def __init__(self, storage_config: Any) -> None:
         self.storage = SQLStorage(storage_config, default_kind=_reader_kind(storage_config))
         super().__init__(storage_config)
+        if self.storage.kind == TASK_ROWS:
+            # a task set's saved read position (``index``), as a file task set honours it
+            self.position = int(getattr(storage_config, "index", 0) or 0)
 
     def _start_position(self) -> int:
         return 0
@@ -544,6 +577,40 @@ class SQLReader(OfflineReader):
     def close(self) -> None:
         """Done reading: close the storage (see :meth:`SQLStorage.close`)."""
         self.storage.close()
+
+
+class SQLTaskStorage:
+    """Trinity-RFT's name of a SQL table of task rows, for loading a data set into one:
+    ``SQLTaskStorage.load_from_dataset(dataset, taskset_config)`` writes every row (in batches
+    of ``batch_size``) into the table ``name`` of the database ``path``; a reader of that task
+    set (``get_buffer_reader``) then reads them as tasks. Reading and writing otherwise go
+    through :class:`SQLReader` / :class:`SQLWriter`."""
+
+    def __init__(self, storage_config: Any) -> None:
+        self.config = storage_config
+        self.storage = SQLStorage(storage_config, kind=TASK_ROWS)
+
+    def write(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append task rows (dicts) in one transaction."""
+        self.storage.insert([dict(row) for row in rows])
+
+    def close(self) -> None:
+        self.storage.close()
+
+    @classmethod
+    def load_from_dataset(cls, dataset: Any, storage_config: Any) -> SQLTaskStorage:
+        """Write the rows of ``dataset`` (any iterable of dicts, e.g. a ``datasets.Dataset``)
+        into the task table; returns the storage."""
+        storage = cls(storage_config)
+        size = int(getattr(storage_config, "batch_size", 0) or 0) or 1000
+        batch: list[Mapping[str, Any]] = []
+        for row in dataset:
+            batch.append(row)
+            if len(batch) >= size:
+                storage.write(batch)
+                batch = []
+        storage.write(batch)
+        return storage
 
 
 def read_task_rows(storage_config: Any) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from trinity.common.workflows import Task
 from trinity.utils.log import get_logger
 
 from .loading import MalformedRow, TasksetData, TasksetKeyError, load_taskset_data
-from .selectors import TaskSelector, _cyclic, _rng, build_selector
+from .selectors import TaskSelector, _cyclic, build_selector
 
 __all__ = [
     "SELECTOR_METRIC",
@@ -394,7 +394,8 @@ class TasksetScheduler:
 
     Each epoch covers every task of every task set once: the sequence of task-set ids
     (each id repeated as many times as its set has tasks) is shuffled per epoch, seeded by
-    ``(seed, epoch)``, and cut into batches; each task set's own selector picks *which* of
+    the epoch (Trinity-RFT 0.6's schedule; ``seed`` seeds the selectors), and cut into
+    batches; each task set's own selector picks *which* of
     its tasks fill its slots. Stops after ``total_epochs`` (dropping the final partial batch)
     or ``total_steps``. The state is the position plus every reader's state.
     """
@@ -449,8 +450,10 @@ class TasksetScheduler:
         return len(self._base)
 
     def _order(self, epoch: int) -> np.ndarray:
+        # Trinity-RFT 0.6's schedule: the epoch alone seeds the shuffle, so a run resumed
+        # from its checkpoint (or from Trinity-RFT's) interleaves the task sets the same way
         if epoch not in self._orders:
-            self._orders = {epoch: _rng(self.seed, epoch).permutation(self._base)}
+            self._orders = {epoch: np.random.default_rng(epoch).permutation(self._base)}
         return self._orders[epoch]
 
     @property

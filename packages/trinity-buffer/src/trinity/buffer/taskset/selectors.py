@@ -8,13 +8,15 @@ a restart — a resumed run sees what an uninterrupted run would have seen.
 Built-ins (``buffer.explorer_input.taskset.data_selector.selector_type``):
 
 * ``sequential`` — rows ``0, 1, ..., N-1, 0, 1, ...`` (batches may straddle epochs);
-* ``shuffle`` — a fresh permutation per epoch, seeded by ``(seed, epoch)``, read in order;
-  epochs are reshuffled deterministically, so epoch ``e`` is the same in every run;
+* ``shuffle`` — a fresh permutation per epoch, seeded by ``seed + epoch`` (Trinity-RFT 0.6's
+  seeding, so the same seed gives Trinity-RFT's order), read in order; epochs are reshuffled
+  deterministically, so epoch ``e`` is the same in every run;
 * ``random`` — every batch drawn independently and uniformly (with replacement across
   batches: a task may come back before others were seen; distinct within a batch when the
-  batch is not larger than the task set), seeded by ``(seed, current_index)``;
+  batch is not larger than the task set), seeded by ``seed + current_index`` (Trinity-RFT's);
 * ``offline_easy2hard`` — a curriculum: rows sorted once by ``feature_keys`` (higher value =
-  easier), served easy → hard every epoch;
+  easier; among equal features the later row first, as Trinity-RFT orders them), served
+  easy → hard every epoch;
 * ``difficulty_based`` (alias ``diff_based``) — adaptive: keeps a Beta posterior of each
   task's pass rate, seeded from per-task features and updated by :meth:`feedback` with
   observed pass rates, and prefers tasks whose pass rate is close to ``target_reward``.
@@ -143,7 +145,7 @@ class SequentialSelector(TaskSelector):
 
 @TASK_SELECTORS.register_module("shuffle")
 class ShuffleSelector(TaskSelector):
-    """A permutation per epoch, seeded by ``(seed, epoch)``: reproducible and resumable.
+    """A permutation per epoch, seeded by ``seed + epoch``: reproducible and resumable.
 
     Deriving each epoch's order from the epoch number (rather than from a running RNG) is
     what lets a restarted run rebuild the order of the epoch it stopped in.
@@ -155,7 +157,8 @@ class ShuffleSelector(TaskSelector):
 
     def order_of_epoch(self, epoch: int) -> np.ndarray:
         if self._cache[0] != epoch:
-            self._cache = (epoch, _rng(self.seed, epoch).permutation(self.dataset_size))
+            rng = np.random.default_rng(self.seed + epoch)  # Trinity-RFT 0.6's seeding
+            self._cache = (epoch, rng.permutation(self.dataset_size))
         return self._cache[1]
 
     def _select(self, batch_size: int) -> list[int]:
@@ -168,7 +171,7 @@ class RandomSelector(TaskSelector):
     """Independent uniform batches (replacement across batches), seeded per position."""
 
     def _select(self, batch_size: int) -> list[int]:
-        rng = _rng(self.seed, self.current_index)
+        rng = np.random.default_rng(self.seed + self.current_index)  # Trinity-RFT 0.6's
         replace = batch_size > self.dataset_size
         return rng.choice(self.dataset_size, size=batch_size, replace=replace).tolist()
 
@@ -207,8 +210,9 @@ class OfflineEasy2HardSelector(TaskSelector):
             raise ValueError("offline_easy2hard selector needs data_selector.feature_keys")
         self.features = _features(data_source, list(self.config.feature_keys), "offline_easy2hard")
         feats = np.nan_to_num(self.features, nan=-np.inf)
-        # lexsort sorts by the last key first; negate for descending, index ascending on ties
-        keys = [np.arange(self.dataset_size)] + [
+        # lexsort sorts by the last key first; negate for descending; on ties the later row
+        # first (Trinity-RFT sorts (features, index) rows ascending and reverses them)
+        keys = [-np.arange(self.dataset_size)] + [
             -feats[:, j] for j in reversed(range(feats.shape[1]))
         ]
         self.sorted_index = np.lexsort(keys)

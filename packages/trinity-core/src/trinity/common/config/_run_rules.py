@@ -55,13 +55,15 @@ def _run_model_and_directory(c: _Checker, cfg: Config) -> None:
             "cannot determine the context length: set model.max_model_len, or both "
             "model.max_prompt_tokens and model.max_response_tokens",
         )
-    # checkpoint directory
+    # checkpoint directory: Trinity-RFT 0.6 reads an empty root as the current directory
     if mode.saves and not cfg.checkpoint_root_dir:
-        c.error(
-            ("checkpoint_root_dir",),
-            cfg.checkpoint_root_dir,
-            f"required in mode '{mode.name}' (checkpoints, logs and buffers are written there)",
+        cwd = os.getcwd()
+        c.warn(
+            f"checkpoint_root_dir is not set: mode '{mode.name}' writes its checkpoints, logs "
+            f"and buffers under the current directory {cwd} (Trinity-RFT's default); set "
+            "checkpoint_root_dir to choose where"
         )
+        _set_derived(cfg, "checkpoint_root_dir", cwd)
     if cfg.checkpoint_root_dir:
         root = os.path.abspath(cfg.checkpoint_root_dir)
         _set_derived(cfg, "checkpoint_root_dir", root)
@@ -79,11 +81,15 @@ DEFAULT_SAMPLE_STRATEGY = "default"
 
 def _run_algorithm_defaults(cfg: Config) -> None:
     """``algorithm.sample_strategy`` left unset reads ``"default"`` once checked, as in
-    Trinity-RFT (code written for it reads the name). Derived, not the user's: resolving the
+    Trinity-RFT (code written for it reads the name), and unset ``sample_strategy_args``
+    read ``{}``. Derived, not the user's: resolving the
     algorithm (``trinity.algorithm.resolve_algorithm``, what the trainer builds from) still
     gives the algorithm type its own default (``mix`` for MIX), exactly as with ``None``."""
     if cfg.algorithm.sample_strategy is None:
         _set_derived(cfg.algorithm, "sample_strategy", DEFAULT_SAMPLE_STRATEGY)
+    if cfg.algorithm.sample_strategy_args is None:
+        # read as ``SAMPLE_STRATEGY.get(name)(**sample_strategy_args)``, as in Trinity-RFT
+        _set_derived(cfg.algorithm, "sample_strategy_args", {})
 
 
 def _run_inputs(c: _Checker, cfg: Config) -> None:

@@ -5,6 +5,9 @@ subclass :class:`ModelWrapper`; :mod:`trinity.common.models.testing` provides th
 deterministic in-process :class:`~trinity.common.models.testing.FakeModelWrapper` for tests.
 """
 
+import importlib
+from typing import Any
+
 from trinity.common.models.calls import call_model, prefer_sync_model_calls, resolve_awaitable
 from trinity.common.models.model import (
     GENERATION_KWARGS,
@@ -14,11 +17,33 @@ from trinity.common.models.model import (
 )
 from trinity.common.models.utils import ChatTemplateError, tokenize_and_mask_messages
 
+
+def create_explorer_models(config: Any) -> tuple[list[Any], list[list[Any]]]:
+    """Trinity-RFT 0.6's factory of the explorer's engines: ``(rollout engine actors, one list of
+    engine actors per auxiliary model)`` for ``config`` (checked), built by trinity-launcher
+    (:mod:`trinity.launcher.engines`; core imports no sibling, so it is looked up at call
+    time). The actors have this implementation's engine API (``start``, ``ready``, ``chat``,
+    ...), not vLLM's actor methods of Trinity-RFT's (``prepare``, ...).
+
+    Raises:
+        ImportError: trinity-launcher is not installed.
+    """
+    try:
+        engines = importlib.import_module("trinity.launcher.engines")
+    except ModuleNotFoundError as exc:
+        raise ImportError(
+            "create_explorer_models builds engines with trinity-launcher: pip install "
+            "trinity-launcher"
+        ) from exc
+    return engines.create_rollout_engines(config), engines.create_auxiliary_engines(config)
+
+
 __all__ = [
     "GENERATION_KWARGS",
     "ChatTemplateError",
     "ModelWrapper",
     "call_model",
+    "create_explorer_models",
     "experiences_from_chat_completion",
     "prefer_sync_model_calls",
     "resolve_awaitable",

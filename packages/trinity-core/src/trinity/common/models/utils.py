@@ -19,6 +19,7 @@ __all__ = [
     "ChatTemplateError",
     "prompt_truncated_experiences",
     "tokenize_and_mask_messages",
+    "tokenize_and_mask_messages_default",
 ]
 
 #: ``response_text`` of the placeholder experiences of an over-long prompt (Trinity-RFT's text)
@@ -173,3 +174,63 @@ def tokenize_and_mask_messages(
             "least one token is needed to score it."
         )
     return torch.tensor(full, dtype=torch.long), mask, prompt_length
+
+
+def tokenize_and_mask_messages_default(
+    tokenizer: Any,
+    messages: List[Dict[str, Any]],
+    tools: Optional[List[Dict[str, Any]]] = None,
+    chat_template: Optional[str] = None,
+    enable_thinking: Optional[bool] = None,
+) -> Dict[str, torch.Tensor]:
+    """Trinity-RFT 0.6's helper of that name: ``{"input_ids": [1, L], "assistant_masks":
+    [1, L]}`` for a conversation rendered by a Hugging Face tokenizer (or processor).
+
+    Assistant tokens are found as in :func:`tokenize_and_mask_messages` (render up to each
+    assistant message with, then without, the generation prompt), with Trinity-RFT's rules:
+    an empty conversation is a ``ValueError``, one without an assistant message gets an
+    all-zero mask, and under a thinking template (one containing ``<think>``) only the
+    assistant messages after the last user message are masked (earlier turns lose their
+    reasoning when re-rendered).
+    """
+    if not messages:
+        raise ValueError("Messages should not be empty")
+    kwargs: Dict[str, Any] = {"tokenize": True}
+    if tools is not None:
+        kwargs["tools"] = tools
+    if chat_template is not None:
+        kwargs["chat_template"] = chat_template
+    if enable_thinking is not None:
+        kwargs["enable_thinking"] = enable_thinking
+
+    def render(msgs: List[Dict[str, Any]], add_generation_prompt: bool) -> List[int]:
+        if not msgs:
+            return []
+        out = tokenizer.apply_chat_template(
+            msgs, add_generation_prompt=add_generation_prompt, **kwargs
+        )
+        if hasattr(out, "keys"):
+            out = out["input_ids"]
+        if hasattr(out, "tolist"):
+            out = out.tolist()
+        if out and isinstance(out[0], (list, tuple)):  # a batch of one
+            out = out[0]
+        return [int(t) for t in out]
+
+    full = render(messages, add_generation_prompt=False)
+    mask = torch.zeros(len(full), dtype=torch.long)
+    start = 0
+    template = chat_template or getattr(tokenizer, "chat_template", None) or ""
+    if "<think>" in template:
+        users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        start = users[-1] if users else 0
+    for idx in range(start, len(messages)):
+        if messages[idx].get("role") != "assistant":
+            continue
+        before = render(messages[:idx], add_generation_prompt=True) if idx else []
+        upto = render(messages[: idx + 1], add_generation_prompt=False)
+        mask[len(before) : len(upto)] = 1
+    return {
+        "input_ids": torch.tensor([full], dtype=torch.long),
+        "assistant_masks": mask.unsqueeze(0),
+    }

@@ -135,6 +135,10 @@ class Task:
         return dict(self.raw_task or {})
 
 
+#: default of ``Workflow(task=..., model=...)``: told apart from an explicit ``None``
+_UNSET: Any = object()
+
+
 class _CallableFlag:
     """A bool that can also be called (``flag`` and ``flag()`` give the same answer)."""
 
@@ -187,15 +191,24 @@ class Workflow:
     def __init__(
         self,
         *args: Any,
-        task: Optional[Task] = None,
-        model: Optional[ModelWrapper] = None,
+        task: Optional[Task] = _UNSET,
+        model: Optional[ModelWrapper] = _UNSET,
         auxiliary_models: Optional[Sequence[Any]] = None,
     ) -> None:
+        # Both are required, but may be None (Trinity-RFT 0.6 takes ``Workflow(task=None,
+        # model=None)``, e.g. to run a workflow that needs neither)
         if args:
             task, model, auxiliary_models = _positional_init_args(
-                type(self).__name__, args, task, model, auxiliary_models
+                type(self).__name__,
+                args,
+                None if task is _UNSET else task,
+                None if model is _UNSET else model,
+                auxiliary_models,
             )
-        if task is None or model is None:
+            missing = task is None or model is None
+        else:
+            missing = task is _UNSET or model is _UNSET
+        if missing:
             raise TypeError(
                 f"{type(self).__name__}() needs task= and model= "
                 "(Workflow(task=task, model=model, auxiliary_models=None))"

@@ -15,6 +15,8 @@ from typing import Any, Optional
 __all__ = [
     "DIFFICULTIES",
     "Board",
+    "SudokuGenerator",
+    "SudokuJudge",
     "check_board",
     "generate_puzzle",
     "is_complete",
@@ -141,3 +143,37 @@ def generate_puzzle(
     for r, c in cells[: size * size * num // den]:
         puzzle[r][c] = 0
     return puzzle, solution
+
+
+class SudokuGenerator:
+    """Trinity-RFT 0.6's generator (``trinity.common.workflows.envs.sudoku``): a random full
+    grid of ``size`` (a perfect square), then a share of its cells emptied.
+
+    ``generate(difficulty)`` returns ``(puzzle, solution)`` as :func:`generate_puzzle` does; an
+    unknown difficulty reads as ``"medium"``, as in Trinity-RFT. ``seed`` (ours) makes the
+    puzzles reproducible; the default draws a fresh one each time.
+    """
+
+    def __init__(self, size: int = 9, seed: Optional[int] = None) -> None:
+        _box(size)  # a perfect square, or a ValueError naming the size
+        self.size = size
+        self._rng = random.Random(seed)
+
+    def generate(self, difficulty: str = "medium") -> tuple[Board, Board]:
+        if difficulty not in DIFFICULTIES:
+            difficulty = "medium"
+        return generate_puzzle(self._rng.getrandbits(64), self.size, difficulty)
+
+
+class SudokuJudge:
+    """Trinity-RFT 0.6's board checks (``trinity.common.workflows.envs.sudoku``)."""
+
+    @staticmethod
+    def is_valid(board: Sequence[Sequence[int]]) -> bool:
+        """No digit twice in a row, a column or a box; empty cells (``0``) allowed."""
+        return is_consistent(board)
+
+    @staticmethod
+    def is_solved(board: Sequence[Sequence[int]], solution: Sequence[Sequence[int]]) -> bool:
+        """The board equals the given solution."""
+        return [list(row) for row in board] == [list(row) for row in solution]
