@@ -17,6 +17,7 @@ is missing is in :data:`NEEDS_MODULE`: neither is collected (the report header s
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import sys
 import tempfile
@@ -94,6 +95,30 @@ def _trinity_rft_root(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str
     return {"root": str(root), **env}
 
 
+#: Upstream files that share one file (Trinity-RFT's CI runs its tests one at a time):
+#: ``buffer/sql_test.py`` and ``buffer/task_storage_test.py`` both use ``buffer/test.db`` and
+#: delete it in their tear-down. Under pytest-xdist they would run at once on two workers
+#: (SQLite then fails with "disk I/O error"), so a file lock makes them take turns.
+SHARED_FILES = {
+    "buffer/sql_test.py": "buffer/test.db",
+    "buffer/task_storage_test.py": "buffer/test.db",
+}
+
+
+@contextlib.contextmanager
+def _turn_for(module: Path) -> Iterator[None]:
+    shared = SHARED_FILES.get(module.relative_to(UPSTREAM).as_posix())
+    if shared is None:
+        yield
+        return
+    from filelock import FileLock
+
+    lock = Path(tempfile.gettempdir()) / "trinity-rft-compat" / (shared.replace("/", "_") + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock)):
+        yield
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _as_in_trinity_rft_ci(request: pytest.FixtureRequest) -> Iterator[None]:
     """Run each upstream module from the emulated repository root with CI's variables.
@@ -104,8 +129,9 @@ def _as_in_trinity_rft_ci(request: pytest.FixtureRequest) -> Iterator[None]:
     So the workers get ``PYTHONPATH`` with the emulated root first (``tests`` there is
     Trinity-RFT's package, not verl's) and this directory (for ``upstream``).
     """
+    module = Path(str(request.path)).resolve()
     try:
-        Path(str(request.path)).resolve().relative_to(UPSTREAM)
+        module.relative_to(UPSTREAM)
     except ValueError:
         yield
         return
@@ -117,7 +143,8 @@ def _as_in_trinity_rft_ci(request: pytest.FixtureRequest) -> Iterator[None]:
                 mp.setenv(name, value)
         mp.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
         mp.chdir(ci["root"])
-        yield
+        with _turn_for(module):
+            yield
 
 
 _DOC = " docs/compat.md"

@@ -96,7 +96,9 @@ def test_run_level_checks_apply(tmp_path):
     cfg.write_text("mode: explore\nmodel:\n  model_path: m\n  max_model_len: 64\n")
     out = _run(str(BIN / "trinity-launch"), str(cfg))
     assert out.returncode == 2, out.stdout
-    assert "checkpoint_root_dir" in out.stderr
+    # run-level checks (not just the schema) answer: the task set a mode explore run needs;
+    # an empty checkpoint_root_dir is the current directory, as in Trinity-RFT 0.6
+    assert "buffer.explorer_input.taskset" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_algorithm_defaults_and_unknown_components(valid_config, tmp_path):
