@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trinity.launcher.debug import output_dir_for
+from trinity.launcher.debug import DEBUG_TABLE, output_dir_for
+from trinity.launcher.viewer import check_target, resolve_target
 
 TRINITY = str(Path(sys.executable).parent / "trinity")
 
@@ -91,6 +92,12 @@ def test_debug_runs_the_first_task_once_and_writes_what_came_out(
     with sqlite3.connect(out / "experiences.db") as db:
         assert db.execute("SELECT COUNT(*) FROM debug_buffer").fetchone() == (1,)
     assert (out / "profiling.prof").stat().st_size > 0
+    # --module viewer checks that output as trinity view does before its page starts: here the
+    # default output directory is empty, so it names the missing database
+    viewer = _debug("-c", str(config), "-m", "viewer", cwd=tmp_path)
+    assert viewer.returncode == 2 and "debug_output/experiences.db" in viewer.stderr
+    target, _ = resolve_target(str(out / "experiences.db"), DEBUG_TABLE, str(model_path))
+    check_target(target)  # what --module viewer -o <out> shows: the table decodes
 
 
 @pytest.mark.slow
@@ -108,7 +115,7 @@ def test_a_failing_workflow_exits_1_with_its_traceback(tmp_path, model_path, ari
 
 def test_what_is_not_supported_or_wrong_exits_2(tmp_path):
     viewer = _debug("-c", "x.yaml", "-m", "viewer", cwd=tmp_path)
-    assert viewer.returncode == 2 and "not supported yet" in viewer.stderr
+    assert viewer.returncode == 2 and "x.yaml" in viewer.stderr
     unknown = _debug("-c", "x.yaml", "-m", "engine", cwd=tmp_path)
     assert unknown.returncode == 2 and "allowed: workflow, inference_model" in unknown.stderr
     missing = _debug("-c", str(tmp_path / "none.yaml"), "-m", "workflow", cwd=tmp_path)

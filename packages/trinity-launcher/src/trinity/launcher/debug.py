@@ -10,8 +10,9 @@ each experience, readable as it is) and, with ``--enable-profiling``, ``profilin
 standard library's ``cProfile``; 0.6 writes a ``viztracer`` HTML trace, a package not shipped
 here). The task's reward and metrics are printed; a workflow that raises prints its traceback
 and exits 1. ``--module inference_model`` starts the models with their OpenAI-compatible API
-on loopback, prints the addresses and serves until Ctrl+C. ``--module viewer`` is not
-supported yet (nor is ``trinity view``).
+on loopback, prints the addresses and serves until Ctrl+C. ``--module viewer`` opens
+``trinity view`` on ``--output-dir``'s ``experiences.db`` (table ``debug_buffer``, decoded with
+the config's model tokenizer) at ``--port``; 0.6 names that database ``debug_buffer.db``.
 
 ``--disable-overwrite`` writes to ``<output-dir>_<timestamp>`` when the output directory
 already holds files; otherwise they are replaced.
@@ -62,7 +63,7 @@ def add_debug_parser(sub: argparse._SubParsersAction) -> None:
         "--enable-profiling", action="store_true", help="profile the task (cProfile)"
     )
     debug.add_argument(
-        "--port", "-p", type=int, default=8502, help="the viewer's port (viewer: not supported)"
+        "--port", "-p", type=int, default=8502, help="the viewer's port (8502)"
     )
 
 
@@ -210,6 +211,29 @@ async def _serve(config: Any) -> None:
             await engine.shutdown()
 
 
+def _view_output(args: argparse.Namespace) -> int:
+    """``--module viewer``: ``trinity view`` on what ``--module workflow`` wrote to
+    ``--output-dir`` (only the config's model path is read: the tokenizer)."""
+    from trinity.common.config import ConfigError, load_config
+    from trinity.launcher.viewer import view_main
+
+    try:
+        model_path = load_config(args.config).model.model_path
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    view = argparse.Namespace(
+        url=str(Path(args.output_dir).resolve() / "experiences.db"),
+        table=DEBUG_TABLE,
+        tokenizer=model_path,
+        config=None,
+        schema="experience",
+        port=args.port,
+        address="127.0.0.1",
+    )
+    return view_main(view)
+
+
 def debug_main(args: argparse.Namespace) -> int:
     """``trinity debug``: 0 done, 1 the workflow failed, 2 bad options or config."""
     from trinity.common.config import ConfigError
@@ -218,12 +242,7 @@ def debug_main(args: argparse.Namespace) -> int:
         print(f"error: --module {args.module!r}; allowed: {', '.join(MODULES)}", file=sys.stderr)
         return 2
     if args.module == "viewer":
-        print(
-            "error: --module viewer is not supported yet (no experience viewer ships here); "
-            f"read {args.output_dir}/experiences.jsonl, or experiences.db with any SQLite tool",
-            file=sys.stderr,
-        )
-        return 2
+        return _view_output(args)
     try:
         config = _load(args.config, args.plugin_dir)
     except (ConfigError, ValueError, OSError) as exc:
