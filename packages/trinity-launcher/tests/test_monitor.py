@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 
 import pytest
 
@@ -97,10 +98,28 @@ def test_mlflow_logs_to_a_local_store(tmp_path, monkeypatch):
     assert client.get_metric_history(run.info.run_id, "eval/x/reward/mean_4")
 
 
+@pytest.mark.slow
+def test_swanlab_runs_offline_without_an_api_key(tmp_path, monkeypatch):
+    pytest.importorskip("swanlab")
+    monkeypatch.delenv("SWANLAB_API_KEY", raising=False)
+    monkeypatch.delenv("SWANLAB_MODE", raising=False)
+    # Trinity-RFT 0.6's monitor_args names: experiment_name, tags
+    config = config_for(tmp_path, "swanlab", experiment_name="exp-a", tags=["t1"])
+    monitor = log_steps(config)
+    assert monitor.monitors[1].run is None  # finished
+    swan_dir = os.path.join(config.checkpoint_job_dir, "monitor", "swanlab")
+    files = [os.path.join(d, f) for d, _, fs in os.walk(swan_dir) for f in fs]
+    data = b"".join(open(f, "rb").read() for f in files)
+    assert b"exp-a" in data and b"t1" in data and b"rollout/reward/mean" in data, files
+    # the run log (protobuf records, uploaded later with `swanlab sync`) holds every value
+    for _, reward in STEPS:
+        assert struct.pack("<d", reward) in data
+
+
 def test_unknown_monitor_type_is_refused_by_the_schema(tmp_path):
     with pytest.raises(ValueError, match="monitor_type"):
         config_for(tmp_path, "nope")
-    assert {"tensorboard", "wandb", "mlflow"} <= set(MONITOR.list())
+    assert {"tensorboard", "wandb", "mlflow", "swanlab"} <= set(MONITOR.list())
 
 
 def test_trinity_plot_writes_a_png(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Metrics sinks: ``monitor.monitor_type`` (tensorboard, wandb, mlflow) plus ``metrics.jsonl``.
+"""Metrics sinks: ``monitor.monitor_type`` (tensorboard, wandb, mlflow, swanlab) plus ``metrics.jsonl``.
 
 Every run writes ``<checkpoint_job_dir>/metrics.jsonl`` (one JSON object per step; what
 ``trinity plot`` and Trinity Studio read) and, next to it, the monitor the config names:
@@ -10,8 +10,10 @@ Every run writes ``<checkpoint_job_dir>/metrics.jsonl`` (one JSON object per ste
 * ``mlflow``: an MLflow run; tracking URI from ``monitor_args.tracking_uri``, else
   ``MLFLOW_TRACKING_URI``, else a local SQLite store ``<job dir>/monitor/mlflow/mlflow.db`` (MLflow has
   retired its file store).
+* ``swanlab``: a SwanLab experiment; like ``wandb`` it runs ``offline`` into
+  ``<job dir>/monitor/swanlab`` without ``SWANLAB_API_KEY`` or an explicit ``monitor_args.mode``.
 
-Monitors register in :data:`MONITOR` (core's ``trinity.utils.monitor.MONITOR``; these three
+Monitors register in :data:`MONITOR` (core's ``trinity.utils.monitor.MONITOR``; these four
 are advertised as ``trinity.monitor`` entry points), and :func:`create_monitor` builds whatever
 class it holds under ``monitor.monitor_type``. So a plugin can add its own
 (``@MONITOR.register_module("my_monitor")`` on a class taking ``(config)`` with
@@ -174,6 +176,66 @@ class MlflowMonitor:
         if self.run_id is not None:
             self.client.set_terminated(self.run_id)
             self.run_id = None
+
+
+#: Trinity-RFT 0.6's ``monitor_args`` names for ``swanlab.init`` -> SwanLab 0.10's
+_SWANLAB_RENAMED = {"experiment_name": "name", "logdir": "log_dir"}
+#: SwanLab modes before 0.10 -> now
+_SWANLAB_MODES = {"cloud": "online"}
+
+
+@MONITOR.register_module("swanlab")
+class SwanlabMonitor:
+    """A SwanLab experiment (Trinity-RFT 0.6's ``swanlab`` monitor).
+
+    ``monitor_args`` go to ``swanlab.init`` (0.6's names ``experiment_name`` / ``logdir`` and
+    mode ``cloud`` are read as SwanLab 0.10's ``name`` / ``log_dir`` / ``online``). One
+    experiment holds the whole run, named ``config.name`` and tagged with the group (0.6 opens
+    one per role, ``<name>_<role>``, tagged with the role: its explorer and trainer log
+    separately, ours log through one monitor). Unlike 0.6,
+    which refuses to start without ``SWANLAB_API_KEY``, no key and no ``mode`` means
+    ``offline`` into ``<job dir>/monitor/swanlab`` (``swanlab sync`` uploads it later): a
+    laptop run never stops at a login."""
+
+    def __init__(self, config: Config) -> None:
+        try:
+            import swanlab
+        except ImportError as exc:
+            raise ImportError(
+                "monitor.monitor_type 'swanlab' needs SwanLab: "
+                "pip install 'trinity-launcher[swanlab]'"
+            ) from exc
+        args = {
+            _SWANLAB_RENAMED.get(k, k): v for k, v in (config.monitor.monitor_args or {}).items()
+        }
+        key = os.environ.get("SWANLAB_API_KEY")
+        mode = args.pop("mode", None) or os.environ.get("SWANLAB_MODE")
+        mode = _SWANLAB_MODES.get(mode, mode) or ("online" if key else "offline")
+        if key and mode == "online":
+            swanlab.login(api_key=key, save=False)
+        tags = list(args.pop("tags", None) or [])
+        if config.group and config.group not in tags:
+            tags.append(config.group)
+        self._swanlab = swanlab
+        self.run: Optional[Any] = swanlab.init(
+            project=args.pop("project", config.project),
+            name=args.pop("name", config.name),
+            log_dir=args.pop("log_dir", _monitor_dir(config, "swanlab")),
+            mode=mode,
+            tags=tags or None,
+            config=config.flatten(),
+            **args,
+        )
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        if self.run is None:
+            raise ValueError("SwanlabMonitor is closed")
+        self.run.log(_scalars(metrics), step=step)
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
 
 
 def _mlflow_key(key: str) -> str:
