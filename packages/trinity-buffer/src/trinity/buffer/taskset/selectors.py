@@ -54,11 +54,6 @@ TASK_SELECTORS: Registry[type[TaskSelector]] = Registry("task_selectors")
 SELECTORS = TASK_SELECTORS
 
 
-def _rng(*keys: int) -> np.random.Generator:
-    # SeedSequence of several integers: independent, reproducible streams per (seed, position)
-    return np.random.default_rng([int(k) & 0xFFFFFFFF for k in keys])
-
-
 class TaskSelector:
     """Base class: picks row indices of a task set.
 
@@ -248,13 +243,17 @@ class DifficultyBasedSelector(TaskSelector):
     * no feature key: the mean observed pass rate.
 
     Observed tasks use ``p~ = s``. Scores are ``-|target_reward - E[pass rate]|`` (or of a
-    Beta sample with ``do_sample``); ``tau == 0`` takes the top scores, ``tau > 0`` samples
-    without replacement from ``softmax(score / tau)``, seeded by ``(seed, current_index)``.
+    Beta sample with ``do_sample``, NumPy seeded by ``seed + current_index``); ``tau == 0``
+    takes the top scores (``torch.topk``), ``tau > 0`` samples without replacement from
+    ``softmax(score / tau)`` (``torch.multinomial`` seeded by ``seed + current_index``): the
+    same draws as Trinity-RFT 0.6, so a seeded run picks the same tasks.
 
     ``kwargs``: ``m`` (16), ``lamb`` (0.2), ``rho`` (0.2), ``target_reward`` (1.0, as in
     Trinity-RFT; 0.5 focuses on the most informative tasks), ``tau`` (1.0), ``do_sample``
     (False), ``adaptive_rho`` (False: halve ``rho`` when predictions are off by >= 0.25),
-    ``prior_strength`` (2.0: pseudo-counts the features give before any feedback).
+    ``prior_strength`` (ours; 0: every belief starts at Beta(1, 1), as in Trinity-RFT; > 0:
+    the first feature gives that many pseudo-counts before any feedback, so the first
+    batches already prefer tasks near the target).
 
     The state (``alphas``, ``betas``, capability, ``rho``) is part of :meth:`state_dict`,
     so a resumed run keeps what it learned.
@@ -270,7 +269,7 @@ class DifficultyBasedSelector(TaskSelector):
         self.tau = float(kw.get("tau", 1.0))
         self.do_sample = bool(kw.get("do_sample", False))
         self.adaptive_rho = bool(kw.get("adaptive_rho", False))
-        prior_strength = float(kw.get("prior_strength", 2.0))
+        prior_strength = float(kw.get("prior_strength", 0.0))
         keys = list(self.config.feature_keys)
         if len(keys) > 2:
             raise ValueError(
@@ -343,7 +342,8 @@ class DifficultyBasedSelector(TaskSelector):
 
     def predict_pass_rate(self, rng: Optional[np.random.Generator] = None) -> np.ndarray:
         if self.do_sample:
-            return (rng or _rng(self.seed, self.current_index, 1)).beta(self.alphas, self.betas)
+            rng = rng or np.random.default_rng(self.seed + self.current_index)
+            return rng.beta(self.alphas, self.betas)
         return self.alphas / (self.alphas + self.betas)
 
     def scores(self) -> np.ndarray:
@@ -359,15 +359,18 @@ class DifficultyBasedSelector(TaskSelector):
         return self._select_distinct(scores, batch_size)
 
     def _select_distinct(self, scores: np.ndarray, k: int) -> list[int]:
+        import torch  # Trinity-RFT's draws (torch's generator), so seeded runs pick the same
+
+        t = torch.from_numpy(np.asarray(scores, dtype=np.float64))
         if self.tau <= 0:
-            return np.argsort(-scores, kind="stable")[:k].tolist()
-        logits = (scores - scores.max()) / self.tau
-        probs = np.exp(logits)
-        probs /= probs.sum()
-        if np.count_nonzero(probs) < k:  # underflow at tiny tau: fall back to greedy
-            return np.argsort(-scores, kind="stable")[:k].tolist()
-        rng = _rng(self.seed, self.current_index)
-        return rng.choice(len(scores), size=k, replace=False, p=probs).tolist()
+            return torch.topk(t, k).indices.tolist()
+        logits = t / self.tau
+        probs = torch.softmax(logits - logits.max(), dim=0)
+        if int(torch.count_nonzero(probs)) < k:  # underflow at tiny tau: fall back to greedy
+            return torch.topk(t, k).indices.tolist()
+        gen = torch.Generator()
+        gen.manual_seed(self.seed + self.current_index)
+        return torch.multinomial(probs, k, replacement=False, generator=gen).tolist()
 
     def _extra_info(self, indices: list[int]) -> dict[str, Any]:
         a, b = self.alphas[indices], self.betas[indices]
