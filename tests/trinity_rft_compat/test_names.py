@@ -19,4 +19,4 @@ def test_monitor_sinks_resolve_from_core_without_importing_the_launcher():
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
-    assert out.stdout.strip() == "['mlflow', 'tensorboard', 'wandb']"
+    assert out.stdout.strip() == "['mlflow', 'swanlab', 'tensorboard', 'wandb']"

@@ -27,7 +27,6 @@ _EXPLORER = (
     "Trinity-RFT's explorer internals (Ray actors driving vLLM engines); the explorer here is "
     "trinity.launcher.explorer, with a different API"
 )
-_CLI = "Trinity-RFT's launcher functions; a run starts with trinity-launch (trinity.launcher.cli)"
 
 
 _TOKENIZE = (
@@ -38,9 +37,6 @@ _TOKENIZE = (
 
 #: ``module:name`` -> why it does not resolve here
 DOCUMENTED_MISSING: dict[str, str] = {
-    "trinity.cli.launcher:both": _CLI,
-    "trinity.cli.launcher:explore": _CLI,
-    "trinity.cli.launcher:train": _CLI,
     "trinity.common.models.allocator:Allocator": (
         "Trinity-RFT's GPU engine allocation; the launcher places engines here"
     ),

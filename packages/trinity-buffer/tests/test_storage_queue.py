@@ -219,62 +219,86 @@ def test_batch_larger_than_capacity_is_rejected():
 # ---- priority replay queue -------------------------------------------------------------
 
 
-def prio_config(name: str = "pq", **replay) -> ExperienceBufferConfig:
+def prio_config(name: str = "pq", capacity: int = 4, **replay) -> ExperienceBufferConfig:
     return ExperienceBufferConfig(
         name=name,
         storage_type="priority_queue",
-        capacity=4,
+        capacity=capacity,
         max_read_timeout=0.3,
         batch_size=2,
         replay_buffer=ReplayBufferConfig(**replay),
     )
 
 
+def use_counts(exps: list[Experience]) -> list[int]:
+    return [e.info["use_count"] for e in exps]
+
+
 def test_priority_queue_reads_highest_model_version_first():
     writer, reader = pair(prio_config())
     assert isinstance(writer.queue, PriorityReplayQueue)
-    writer.write([make_exp(i, version=v) for i, v in enumerate([1, 5, 3, 4])])
+    for i, version in enumerate([1, 5, 3, 4]):
+        writer.write([make_exp(i, version=version)])
     assert ids(reader.read()) == [1, 3]  # versions 5, 4
     assert ids(reader.read()) == [2, 0]  # versions 3, 1
 
 
-def test_replay_enable_on_a_plain_queue_selects_the_priority_queue():
-    cfg = queue_config("replay", replay_buffer=ReplayBufferConfig(enable=True))
-    writer, _ = pair(cfg)
-    assert isinstance(writer.queue, PriorityReplayQueue)
-    writer2, _ = pair(queue_config("plain"))
-    assert isinstance(writer2.queue, ExperienceQueue)
+def test_a_write_is_one_item_read_whole_and_ranked_by_its_first_experience():
+    """Trinity-RFT's unit: one write (a task's group, an explore step) is ranked, read and
+    reused together; a read takes whole items and the rest of the last one starts the next."""
+    writer, reader = pair(prio_config("items", capacity=2))
+    writer.write([make_exp(0, version=1), make_exp(1, version=9)])  # ranked by version 1
+    writer.write([make_exp(i, version=2) for i in (2, 3, 4)])
+    q = writer.queue
+    assert q.length() == 2 and q.qsize() == 5 and q.priorities() == [2.0, 1.0]
+    batch = reader.read(4)  # more experiences than the capacity of 2 items: allowed
+    assert ids(batch) == [2, 3, 4, 0] and use_counts(batch) == [1, 1, 1, 1]
+    assert q.length() == 0 and q.qsize() == 1  # experience 1 waits in the pool
+    writer.write([make_exp(5, version=7), make_exp(6, version=7)])
+    assert ids(reader.read(2)) == [1, 5]  # the pool first, then the best item
+    assert ids(reader.read(1)) == [6]
 
 
 def test_priority_capacity_evicts_lowest_priority():
-    writer, reader = pair(prio_config())
-    writer.write([make_exp(i, version=v) for i, v in enumerate([3, 1, 4, 2])])
-    writer.write([make_exp(10, version=5)])  # full: evicts version 1
+    writer, reader = pair(prio_config())  # capacity: 4 items
+    for i, version in enumerate([3, 1, 4, 2]):
+        writer.write([make_exp(2 * i, version=version), make_exp(2 * i + 1, version=version)])
+    writer.write([make_exp(10, version=5)])  # full: evicts the version-1 item, both experiences
     writer.write([make_exp(11, version=0)])  # ranks below everything held: dropped
     q = writer.queue
-    assert q.qsize() == 4 and q.priorities() == [5.0, 4.0, 3.0, 2.0] and q.evicted == 2
-    assert ids(reader.read(4)) == [10, 2, 0, 3]
+    assert q.length() == 4 and q.qsize() == 7 and q.evicted == 2
+    assert q.priorities() == [5.0, 4.0, 3.0, 2.0]
+    assert ids(reader.read(7)) == [10, 4, 5, 0, 1, 6, 7]
+
+
+def test_priority_ties_read_and_evict_the_oldest_item_first():
+    writer, reader = pair(prio_config("ties", capacity=2))
+    for i in range(3):  # the third, at capacity and of equal priority, evicts the oldest
+        writer.write([make_exp(i, version=1)])
+    assert writer.queue.evicted == 1
+    assert ids(reader.read(2)) == [1, 2]
 
 
 def test_priority_reuse_with_cooldown_and_use_count_decay():
     writer, reader = pair(
         prio_config("reuse", reuse_cooldown_time=0.3, priority_fn_args={"decay": 2.0})
     )
-    writer.write([make_exp(0, version=3), make_exp(1, version=2)])
+    writer.write([make_exp(0, version=3), make_exp(1, version=3)])
     first = reader.read()
-    assert ids(first) == [0, 1] and [e.info["use_count"] for e in first] == [1, 1]
-    writer.write([make_exp(2, version=2), make_exp(3, version=0)])
-    # cooling down: not readable yet, the fresh ones are
+    assert ids(first) == [0, 1] and use_counts(first) == [1, 1]
+    writer.write([make_exp(2, version=2)])
+    writer.write([make_exp(3, version=0)])
+    # the first item is cooling down: not readable yet, the fresh ones are
     assert ids(reader.read()) == [2, 3]
     start = time.monotonic()
     again = reader.read()  # waits for the cooldown to end
     assert 0.1 < time.monotonic() - start < 3
-    # priorities after one use: 3 - 2 = 1 and 2 - 2 = 0 -> exp 0 first
-    assert ids(again) == [0, 1] and [e.info["use_count"] for e in again] == [2, 2]
-    # after another cooldown all four are back with decayed priorities: 2 and 3 used once
-    # (2 - 2, 0 - 2), 0 and 1 used twice (3 - 4, 2 - 4)
+    assert ids(again) == [0, 1] and use_counts(again) == [2, 2]
+    # after another cooldown all three items are back, re-ranked by use count: 2 and 3 used
+    # once (2 - 2, 0 - 2), the first item twice (3 - 4)
     time.sleep(0.35)
-    assert writer.queue.priorities() == [0.0, -1.0, -2.0, -2.0]
+    assert writer.queue.priorities() == [0.0, -1.0, -2.0]
+    assert writer.queue.length() == 3
 
 
 def test_priority_use_count_limit_and_end_of_stream():
@@ -292,11 +316,87 @@ def test_priority_use_count_limit_and_end_of_stream():
     assert ids(reader.read()) == [0, 1]  # reused once more, then over the limit
     with pytest.raises(QueueReadTimeout, match="queue 'limit'"):
         reader.read()
+    assert writer.queue.length() == 0
     writer.write([make_exp(2, version=0)])
     writer.release()
     assert ids(reader.read()) == [2]
     with pytest.raises(StopIteration):
         reader.read()
+
+
+def test_priority_read_timeout_keeps_what_it_took_for_the_next_read():
+    """A read takes items as they come (Trinity-RFT's order); one that times out loses none of
+    them: they start the next read, ahead of a better item written since."""
+    writer, reader = pair(prio_config("short"))
+    writer.acquire()
+    writer.write([make_exp(0, version=1)])
+    with pytest.raises(QueueReadTimeout):
+        reader.read(2)
+    writer.write([make_exp(1, version=5)])
+    writer.write([make_exp(2, version=9)])
+    assert ids(reader.read(2)) == [0, 2]
+    writer.release()
+    assert ids(reader.read(2)) == [1]  # a closed queue hands out its remainder
+    with pytest.raises(StopIteration):
+        reader.read()
+
+
+def test_a_waiting_priority_read_takes_each_item_as_it_is_written():
+    """Trinity-RFT's order, whatever the thread timing: a read waiting with part of a batch
+    takes the next item written, even when a better one follows at once."""
+    writer, reader = pair(prio_config("waiting"))
+    writer.write([make_exp(i, version=0) for i in range(3)])
+    result: list[list[int]] = []
+    thread = threading.Thread(target=lambda: result.append(ids(reader.read(4))))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while writer.queue._demand == 0 and time.monotonic() < deadline:  # the read waits
+        time.sleep(0.01)
+    writer.write([make_exp(i, version=1) for i in range(3, 6)])
+    writer.write([make_exp(i, version=2) for i in range(6, 9)])
+    thread.join(timeout=5)
+    assert result == [[0, 1, 2, 3]]
+    assert ids(reader.read(4)) == [4, 5, 6, 7]
+
+
+def test_priority_fn_gets_the_item_and_its_defaults():
+    """A priority function written for Trinity-RFT 0.6 takes the item and is built from its
+    ``default_config`` updated by ``priority_fn_args``."""
+    from trinity.buffer.storage.priority import PRIORITY_FUNC, PriorityFunction
+
+    seen: list[list[int]] = []
+
+    @PRIORITY_FUNC.register_module("test_by_reward_sum")
+    class ByRewardSum(PriorityFunction):
+        def __init__(self, scale: float, limit: int) -> None:
+            self.scale, self.limit = scale, limit
+
+        def __call__(self, item):
+            seen.append(ids(item))
+            keep = item[0].info.get("use_count", 0) < self.limit
+            return self.scale * sum(e.reward for e in item), keep
+
+        @classmethod
+        def default_config(cls):
+            return {"scale": 1.0, "limit": 1}
+
+    try:
+        writer, reader = pair(
+            prio_config(
+                "by-sum",
+                priority_fn="test_by_reward_sum",
+                priority_fn_args={"scale": -1.0},
+                reuse_cooldown_time=0.0,
+            )
+        )
+        writer.write([make_exp(1), make_exp(2)])  # -3
+        writer.write([make_exp(0)])  # -0: read first
+        assert ids(reader.read(3)) == [0, 1, 2]
+        assert seen == [[1, 2], [0]]
+        assert writer.queue.priority_fn.limit == 1  # from default_config
+        assert writer.queue.length() == 0  # read once: not kept (the function's choice)
+    finally:
+        PRIORITY_FUNC.unregister("test_by_reward_sum")
 
 
 def test_unknown_priority_fn_is_named():

@@ -100,7 +100,8 @@ def test_actor_writer_async_reader_and_errors_cross_the_process_boundary():
             self.writer.acquire()
 
         async def explore(self, versions):
-            await self.writer.write_async([make_exp(i, version=v) for i, v in enumerate(versions)])
+            for i, v in enumerate(versions):  # one item per write (a task's group)
+                await self.writer.write_async([make_exp(i, version=v)])
 
         def finish(self):
             return self.writer.release()
@@ -123,6 +124,28 @@ def test_actor_writer_async_reader_and_errors_cross_the_process_boundary():
         reader.read()
     # the factory's in-process option still works while Ray is up
     local = get_buffer_writer(cfg.model_copy(update={"wrap_in_ray": False}))
+    assert isinstance(local.queue, PriorityReplayQueue)
+    assert kill_ray_queue(cfg)
+
+
+def test_a_reader_and_writer_built_directly_pick_the_queue_as_the_factories_do():
+    """``QueueReader(config)`` / ``QueueWriter(config)`` (how Trinity-RFT's tests build them)
+    use the named actor while Ray is up, as the factories do; ``.queue.length.remote()`` (its
+    tests' call) counts the priority queue's items. ``wrap_in_ray: false`` keeps the queue in
+    this process (compat D8)."""
+    from trinity.buffer.storage.queue import QueueReader, QueueWriter
+
+    cfg = config("ray-direct", storage_type="priority_queue", max_read_timeout=0.5)
+    writer, reader = QueueWriter(cfg), QueueReader(cfg)
+    assert isinstance(writer.queue, RayQueueClient) and isinstance(reader.queue, RayQueueClient)
+    assert get_buffer_reader(cfg).queue.actor._actor_id == reader.queue.actor._actor_id
+    writer.write([make_exp(0, version=1), make_exp(1, version=1)])
+    writer.write([make_exp(2, version=3)])
+    assert ray.get(reader.queue.length.remote()) == 2  # items, not experiences
+    assert [e.info["i"] for e in reader.read(2)] == [2, 0]  # the best item, then part of one
+    assert ray.get(reader.queue.length.remote()) == 0  # experience 1 waits in the pool
+    assert [e.info["i"] for e in reader.read(1)] == [1]
+    local = QueueReader(cfg.model_copy(update={"wrap_in_ray": False}))
     assert isinstance(local.queue, PriorityReplayQueue)
     assert kill_ray_queue(cfg)
 

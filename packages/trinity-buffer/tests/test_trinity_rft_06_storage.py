@@ -113,10 +113,12 @@ def test_a_queue_opened_with_other_settings_is_a_new_queue():
 
 
 def test_replay_priority_reads_the_model_version_trinity_rft_records_in_info():
-    exp = Experience(tokens=[1, 2, 3], prompt_length=1, info={"model_version": 5})
-    assert LinearDecayPriority(decay=0.5)(exp, 2) == (4.0, True)
+    # Trinity-RFT 0.6's signature: the item (one write's experiences), ranked by its first
+    exp = Experience(tokens=[1, 2, 3], prompt_length=1, info={"model_version": 5, "use_count": 2})
+    assert LinearDecayPriority(decay=0.5)([exp]) == (4.0, True)
     exp.model_version = 7
-    assert LinearDecayPriority(decay=0.5)(exp, 0) == (7.0, True)
+    exp.info["use_count"] = 0
+    assert LinearDecayPriority(decay=0.5)([exp]) == (7.0, True)
 
 
 def test_writer_count_runs_as_a_finished_coroutine():

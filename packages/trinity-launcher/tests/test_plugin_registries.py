@@ -155,7 +155,7 @@ def test_plugin_names_pass_the_dry_run_only_with_their_plugin_dir(tmp_path):
     out = trinity_run(config, "--dry-run")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "monitor.monitor_type: invalid value 'my_monitor'" in out.stderr
-    assert "'tensorboard', 'wandb' or 'mlflow'" in out.stderr
+    assert "'tensorboard', 'wandb', 'mlflow' or 'swanlab'" in out.stderr
     assert "experience_buffer.storage_type: invalid value 'my_storage'" in out.stderr
     assert "explorer.rollout_model.engine_type: invalid value 'my_engine'" in out.stderr
 
@@ -174,7 +174,7 @@ def test_misspelt_plugin_names_are_refused_naming_the_registered_ones(tmp_path):
     err = out.stderr
     assert (
         "monitor.monitor_type: invalid value 'my_monitr'; allowed values: 'tensorboard', "
-        "'wandb', 'mlflow' or 'my_monitor'; did you mean 'my_monitor'?"
+        "'wandb', 'mlflow', 'swanlab' or 'my_monitor'; did you mean 'my_monitor'?"
     ) in err
     assert (
         "buffer.trainer_input.experience_buffer.storage_type: invalid value 'my_storag'; "

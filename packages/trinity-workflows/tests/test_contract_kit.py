@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,14 @@ from trinity.common.models.testing import FakeModelWrapper, format_tool_call
 from trinity.common.rewards import REWARD_FUNCTIONS
 from trinity.common.workflows import WORKFLOWS
 from trinity.testing import RewardFnContract, WorkflowContract, make_contract_tests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_env_adapters  # noqa: E402 - the ALFWorld test double lives there
+
+#: the ALFWorld double (textworld / alfworld modules with a one-room game) as a fixture here
+alfworld_double = test_env_adapters.alfworld
+#: class attributes that run a contract class on the ALFWorld double
+USES_ALFWORLD_DOUBLE = {"pytestmark": [pytest.mark.usefixtures("alfworld_double")]}
 
 MATH = {"raw_task": {"prompt": "What is 2+2?", "response": "4"}}
 MATH_OTHER = {"raw_task": {"prompt": "What is 3+3?", "response": "6"}}
@@ -73,6 +83,57 @@ def _sudoku_player(messages, sample_index):
                         return f"{r} {c} {digit}"
                 return "stuck"
     return "done"
+
+
+def _alfworld_player(messages, sample_index):
+    """Wins the double's game from any observation, in the three-part RAFT format."""
+    seen = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    action = "move apple 1 to fridge 1" if "pick up" in seen else "take apple 1 from table 1"
+    return f"<experience>seen</experience><think>go</think><action>{action}</action>"
+
+
+SQL_ROW = {
+    "query": "Names of the French singers, youngest first?",
+    "gold": "SELECT name FROM singer WHERE country = 'France' ORDER BY age",
+    "db": "concert",
+    "setup_sql": "CREATE TABLE singer (name TEXT, age INT, country TEXT);"
+    "INSERT INTO singer VALUES ('Ann', 30, 'France'), ('Bob', 25, 'Spain');",
+}
+
+
+def _sql_agent(messages, sample_index):
+    turn = sum(m["role"] == "assistant" for m in messages)
+    action = ["SELECT name FROM singer WHERE country = 'France'", "submit"][min(turn, 1)]
+    return f"<think>turn {turn}</think><action>{action}</action>"
+
+
+EMAIL_ROW = {
+    "question": "Where is the meeting?",
+    "answer": "Houston",
+    "message_ids": ["<m1>"],
+    "inbox_address": "sara@enron.com",
+    "query_date": "2001-05-20",
+    "emails": [
+        {
+            "message_id": "<m1>",
+            "date": "2001-05-01 10:00:00",
+            "subject": "Meeting",
+            "body": "The meeting is in Houston.",
+            "from": "jeff@enron.com",
+            "to": ["sara@enron.com"],
+        }
+    ],
+}
+
+
+def _email_agent(messages, sample_index):
+    tools = sum(m["role"] == "tool" for m in messages)
+    if tools == 0:
+        args = {"inbox_address": "sara@enron.com", "query_date": "2001-05-20"}
+        return format_tool_call("search_emails", {**args, "keywords": ["meeting"]})
+    if tools == 1:
+        return format_tool_call("read_email", {"message_id": "<m1>"})
+    return format_tool_call("generate_response", {"answer": "Houston", "sources": ["<m1>"]})
 
 
 SUDOKU = [[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 0]]
@@ -254,6 +315,39 @@ WORKFLOW_ATTRS = {
         "task_args": {"raw_task": {"game_file": "/data/game.tw-pddl"}},
         "requires": ("alfworld", "textworld"),
     },
+    "step_wise_alfworld_workflow": {
+        "task_args": {"raw_task": {"game_file": "/data/a/game.tw-pddl"}},
+        "other_task_args": {"raw_task": {"game_file": "/data/b/game.tw-pddl"}},
+        "responses": _alfworld_player,
+        "model_args": {"enable_history": True},
+        **USES_ALFWORLD_DOUBLE,
+    },
+    "RAFT_alfworld_workflow": {
+        "task_args": {"raw_task": {"game_file": "/data/a/game.tw-pddl"}},
+        "other_task_args": {"raw_task": {"game_file": "/data/b/game.tw-pddl"}},
+        "responses": _alfworld_player,
+        **USES_ALFWORLD_DOUBLE,
+    },
+    "RAFT_reflect_alfworld_workflow": {
+        "task_args": {"raw_task": {"game_file": "/data/a/game.tw-pddl"}},
+        "other_task_args": {"raw_task": {"game_file": "/data/b/game.tw-pddl"}},
+        "responses": _alfworld_player,
+        **USES_ALFWORLD_DOUBLE,
+    },
+    "intercode_sql_workflow": {  # on the SQLite stand-in (the real one needs Docker + MySQL)
+        "task_args": {"raw_task": SQL_ROW, "workflow_args": {"backend": "sqlite"}},
+        "other_task_args": {
+            "raw_task": {**SQL_ROW, "gold": "SELECT name FROM singer"},
+            "workflow_args": {"backend": "sqlite"},
+        },
+        "responses": _sql_agent,
+    },
+    "email_search_workflow": {  # on a one-email mailbox built from the row
+        "task_args": {"raw_task": EMAIL_ROW},
+        "other_task_args": {"raw_task": {**EMAIL_ROW, "answer": "Dallas"}},
+        "responses": _email_agent,
+        "auxiliary_responses": ("true",),
+    },
     "sciworld_workflow": {
         "task_args": {"raw_task": {"task_name": "boil"}},
         "requires": ("scienceworld",),
@@ -307,6 +401,11 @@ REWARD_ATTRS = {
         ]
     },
 }
+
+# the AgentScope adapters' settings (agentscope_contract_attrs.py, beside this file)
+from agentscope_contract_attrs import AGENTSCOPE_WORKFLOW_ATTRS  # noqa: E402
+
+WORKFLOW_ATTRS.update(AGENTSCOPE_WORKFLOW_ATTRS)
 
 globals().update(
     make_contract_tests(WorkflowContract, WORKFLOWS, prefix="Workflow", attrs=WORKFLOW_ATTRS)

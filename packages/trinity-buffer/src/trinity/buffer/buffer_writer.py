@@ -66,21 +66,6 @@ def resolve_storage_config(storage_config: Union[StorageConfig, Mapping[str, Any
     return storage_config
 
 
-def _use_ray(storage_config: Any, use_ray: Optional[bool]) -> bool:
-    """Whether a queue should live in a Ray actor: when asked, or when Ray is up and the config
-    allows it (``wrap_in_ray``, True by default) — the explorer and trainer then run in
-    different processes and only an actor is visible to both."""
-    if use_ray is not None:
-        return use_ray
-    if not getattr(storage_config, "wrap_in_ray", True):
-        return False
-    try:
-        import ray
-    except ImportError:  # pragma: no cover - ray is a dependency
-        return False
-    return ray.is_initialized()
-
-
 def _keyword_parameters(cls: type) -> set[str]:
     """The parameters ``cls(config, ...)`` names after the config (not ``**kwargs``)."""
     try:
@@ -101,8 +86,10 @@ def build_storage(
     A storage class takes the ``StorageConfig`` first. A class that also names ``queue`` (the
     built-in queue reader and writer, and their subclasses) is a queue storage: it gets the
     shared Ray actor queue when Ray is used (``use_ray``, see :func:`get_buffer_writer`) and
-    builds its in-process queue otherwise. Any other keyword in ``options`` (``write_timeout``)
-    goes to the classes that name it; a plugin class taking only ``(config)`` gets none.
+    this process's queue of that name otherwise
+    (:func:`trinity.buffer.storage.queue.open_queue`). Any other keyword in ``options``
+    (``write_timeout``) goes to the classes that name it; a plugin class taking only
+    ``(config)`` gets none.
     """
     from trinity.buffer.storage.errors import StorageConfigError
 
@@ -119,10 +106,12 @@ def build_storage(
         ) from None
     accepted = _keyword_parameters(cls)
     kwargs = {key: value for key, value in options.items() if key in accepted}
-    if "queue" in accepted and _use_ray(config, use_ray):
-        from trinity.buffer.storage.ray_queue import get_ray_queue
+    if "queue" in accepted:
+        # the one decision between the Ray actor and this process's queue, which a reader or
+        # writer built directly from the config makes the same way
+        from trinity.buffer.storage.queue import open_queue
 
-        kwargs["queue"] = get_ray_queue(config)
+        kwargs["queue"] = open_queue(config, use_ray)
     return cls(config, **kwargs)
 
 

@@ -12,6 +12,7 @@ worker of a run: each distinct Python warning is shown once per process.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import sys
@@ -121,8 +122,13 @@ def _configure_root() -> None:
     _configured = True
 
 
-#: the logger of this process's Ray actor, once code in it asked for one (``in_ray_actor``)
-_actor_logger: Optional[logging.Logger] = None
+#: the logger of this process's Ray actor, once code in it asked for one (``in_ray_actor``),
+#: and of the current context (an async actor's tasks); Trinity-RFT's names, which its tests
+#: reset (``_ray_logger_ctx.set(None)``, ``_ray_logger = None``) between cases
+_ray_logger: Optional[logging.Logger] = None
+_ray_logger_ctx: contextvars.ContextVar[Optional[logging.Logger]] = contextvars.ContextVar(
+    "ray_logger", default=None
+)
 _FILE_FORMAT = "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s"
 
 
@@ -138,8 +144,9 @@ def get_logger(
     returns it, so the modules the actor uses log into its file. Outside an actor
     ``in_ray_actor`` has no effect.
     """
-    if _actor_logger is not None:
-        return _actor_logger
+    actor_logger = _ray_logger_ctx.get() or _ray_logger
+    if actor_logger is not None:
+        return actor_logger
     _configure_root()
     full = "trinity" if not name else name if name.startswith("trinity") else f"trinity.{name}"
     logger = logging.getLogger(full)
@@ -162,7 +169,7 @@ def _in_ray_actor() -> bool:
 
 
 def _become_actor_logger(logger: logging.Logger, name: str, level: Optional[int | str]) -> None:
-    global _actor_logger
+    global _ray_logger
     if level is None:
         logger.setLevel(_level_from_env())
     log_dir = os.environ.get(LOG_DIR_ENV_VAR)
@@ -177,7 +184,8 @@ def _become_actor_logger(logger: logging.Logger, name: str, level: Optional[int 
         )
         handler.setFormatter(logging.Formatter(_FILE_FORMAT, datefmt=_DATE_FORMAT))
         logger.addHandler(handler)
-    _actor_logger = logger
+    _ray_logger = logger
+    _ray_logger_ctx.set(logger)
 
 
 def set_level(level: int | str) -> None:

@@ -1,7 +1,7 @@
 """Monitor contract and metric helpers (Trinity-RFT's ``trinity.utils.monitor``).
 
 * :data:`MONITOR`: the registry of metric sinks (``monitor.monitor_type``). The sinks
-  themselves (tensorboard, wandb, mlflow) ship with ``trinity-launcher`` and are advertised
+  themselves (tensorboard, wandb, mlflow, swanlab) ship with ``trinity-launcher`` and are advertised
   through the ``trinity.monitor`` entry-point group, so ``MONITOR.get("wandb")`` works without
   importing the launcher by hand and this core module imports no sibling package. The config
   schema accepts :data:`BUILTIN_MONITOR_TYPES` and every name registered here (a plugin's
@@ -28,7 +28,7 @@ MONITOR: Registry[type] = Registry("monitor")
 
 #: The sinks Trinity ships (with ``trinity-launcher``): configs naming them validate even where
 #: the launcher is not installed (``trinity-core`` alone checking a Trinity-RFT config).
-BUILTIN_MONITOR_TYPES: tuple[str, ...] = ("tensorboard", "wandb", "mlflow")
+BUILTIN_MONITOR_TYPES: tuple[str, ...] = ("tensorboard", "wandb", "mlflow", "swanlab")
 
 
 @runtime_checkable

@@ -23,26 +23,13 @@ logger = get_logger(__name__)
 
 #: Workflows Trinity-RFT 0.6 registers that this release does not ship (names only). A config
 #: naming one is told the workflow is not supported yet, rather than that it is unknown; a
-#: plugin registering the name is used as usual.
+#: plugin registering the name is used as usual. (A test checks that none of them is registered.)
 TRINITY_RFT_WORKFLOWS_NOT_SHIPPED = frozenset(
     {
-        "agentscope_react_math_workflow",
-        "agentscope_react_workflow",
         "agentscope_v1_react_search_workflow",
-        "agentscope_workflow_adapter",
-        "agentscope_workflow_adapter_v1",
         "agentscopev0_react_math_workflow",
-        "as_react_workflow",
         "async_simple_mm_workflow",
-        "email_search_workflow",
-        "intercode_sql_workflow",
-        "math_trainable_ruler_workflow",
-        "on_policy_distill_math_workflow",
-        "on_policy_distill_workflow",
-        "rubric_judge_openai_workflow",
-        "rubric_judge_workflow",
         "simple_mm_workflow",
-        "step_wise_alfworld_workflow",
     }
 )
 

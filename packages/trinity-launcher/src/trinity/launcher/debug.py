@@ -62,9 +62,7 @@ def add_debug_parser(sub: argparse._SubParsersAction) -> None:
     debug.add_argument(
         "--enable-profiling", action="store_true", help="profile the task (cProfile)"
     )
-    debug.add_argument(
-        "--port", "-p", type=int, default=8502, help="the viewer's port (8502)"
-    )
+    debug.add_argument("--port", "-p", type=int, default=8502, help="the viewer's port (8502)")
 
 
 def output_dir_for(output_dir: str, disable_overwrite: bool) -> Path:

@@ -132,6 +132,7 @@ def _check_engine_configs(config: Config) -> None:
 
 # ---------------------------------------------------------------------- the explorer
 
+
 def build_experience_pipeline(config: Config, advantage_fn: Any, operators: list[Any]) -> Any:
     """The experience pipeline that writes what is explored (or, mode ``serve``, committed)
     to ``data_processor.experience_pipeline.output`` or the trainer's experience buffer."""
@@ -161,6 +162,7 @@ def build_experience_pipeline(config: Config, advantage_fn: Any, operators: list
         input_writer=input_writer,
         operators=operators,
     )
+
 
 class Explorer:
     """Runs exploration and evaluation of one config.

@@ -119,10 +119,17 @@ def final_hf_weights(stage: Config) -> Optional[str]:
     return None
 
 
-def run_stages(config: Config, run_stage: Callable[[Config], None]) -> list[Config]:
+def run_stages(
+    config: Config,
+    run_stage: Callable[[Config], None],
+    final_weights: Optional[Callable[[Config], Optional[str]]] = None,
+) -> list[Config]:
     """Run every stage of ``config`` in order with ``run_stage`` (which raises on failure).
 
-    Returns the configs of the stages run by this call.
+    ``final_weights`` finds the Hugging Face weights a finished training stage left (default
+    :func:`final_hf_weights`; Trinity-RFT's launcher asks
+    ``trinity.trainer.verl.utils.get_latest_hf_checkpoint_path``). Returns the configs of the
+    stages run by this call.
 
     Raises:
         LaunchInputError: ``stages.json`` does not match the config's stages.
@@ -148,7 +155,7 @@ def run_stages(config: Config, run_stage: Callable[[Config], None]) -> list[Conf
         run_stage(stage)
         ran.append(stage)
         if run_mode_spec(stage.mode).trains:  # hands its final weights to the next stage
-            weights = final_hf_weights(stage)
+            weights = (final_weights or final_hf_weights)(stage)
             if weights is None:
                 raise ValueError(
                     f"stages[{index}] ({name}) trained but left no Hugging Face weights under "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from trinity.algorithm import ALGORITHM_TYPE, apply_algorithm_defaults
 from trinity.common.config import (
@@ -85,6 +85,30 @@ def _validate(source: ConfigSource, overrides: Sequence[str]) -> tuple[Config, l
         if not isinstance(source, Mapping):
             issues = locate_issues(issues, os.fspath(source))
         raise ConfigError(issues, exc.source) from None
+    return _check_loaded(config, None if isinstance(source, Mapping) else os.fspath(source))
+
+
+def check_loaded_config(config: Config, label: Optional[str] = None) -> list[str]:
+    """:func:`validate_config`'s checks on a config the caller loaded itself, in place.
+
+    Trinity-RFT's launcher loads the config (``load_config``) and then checks that same object
+    (``trinity.cli.launcher``); this fills the algorithm type's defaults into
+    ``config.algorithm`` and runs every check ``trinity run`` makes. ``label`` (the file the
+    config came from) locates the problems in it. Plugins are the caller's to load.
+
+    Returns the warnings of the algorithm type's own checks.
+
+    Raises:
+        ConfigError: as :func:`validate_config`.
+    """
+    return _check_loaded(config, label, in_place=True)[1]
+
+
+def _check_loaded(
+    config: Config, label: Optional[str], in_place: bool = False
+) -> tuple[Config, list[str]]:
+    """Every check after loading (see :func:`validate_config`); ``in_place``: the algorithm
+    defaults go into ``config`` itself instead of a new config."""
     warnings: list[str] = []
     try:
         if config.stages:
@@ -95,7 +119,7 @@ def _validate(source: ConfigSource, overrides: Sequence[str]) -> tuple[Config, l
 
             runs = stage_configs(config)
         else:
-            config = _check_run(config, warnings)
+            config = _check_run(config, warnings, in_place)
             runs = [config]
         for index, run in enumerate(runs):
             try:
@@ -106,9 +130,8 @@ def _validate(source: ConfigSource, overrides: Sequence[str]) -> tuple[Config, l
                         issue.path = f"stages[{index}].{issue.path}"
                 raise
     except ConfigError as exc:
-        if isinstance(source, Mapping):
+        if label is None:
             raise
-        label = os.fspath(source)
         raise ConfigError(locate_issues(exc.errors, label), label) from None
     issues: list[ConfigIssue] = []
     for index, run in enumerate(runs):
@@ -127,16 +150,21 @@ def _validate(source: ConfigSource, overrides: Sequence[str]) -> tuple[Config, l
             continue
         warnings += [f"stages[{index}]: {w}" if config.stages else w for w in found]
     if issues:
-        label = None if isinstance(source, Mapping) else os.fspath(source)
         raise ConfigError(locate_issues(issues, label) if label else issues, label)
     return config, warnings
 
 
-def _check_run(config: Config, warnings: list[str]) -> Config:
-    """Algorithm defaults and arguments, run-level checks, names: all problems in one error."""
+def _check_run(config: Config, warnings: list[str], in_place: bool = False) -> Config:
+    """Algorithm defaults and arguments, run-level checks, names: all problems in one error.
+    ``in_place``: the defaults are assigned to ``config.algorithm`` (``check_and_update``
+    then derives what follows from them, as a new config would)."""
     issues: list[ConfigIssue] = []
     try:
-        config = apply_algorithm_defaults(config)
+        resolved = apply_algorithm_defaults(config)
+        if in_place:
+            config.algorithm = resolved.algorithm
+        else:
+            config = resolved
     except ConfigError as exc:  # component arguments: go on with the other checks
         issues += exc.errors
     except UnknownModuleError as exc:  # an unknown algorithm type / component name

@@ -118,6 +118,17 @@ class ConfigManager:
         self.generate_config()
         self.run_panel()
 
+    @staticmethod
+    def run(port: int = 8501, address: str = "127.0.0.1") -> None:
+        """Serve the Studio at ``address:port``: Trinity-RFT's entry point (its ``trinity
+        studio`` calls it), the same server as our ``trinity studio``. This process becomes
+        the Streamlit server; bad input (no Streamlit) exits with status 2."""
+        from trinity.manager.studio import run_studio
+
+        code = run_studio(port, address)
+        if code:
+            raise SystemExit(code)
+
     # ------------------------------------------------------------------ session state
     def reset_session_state(self) -> None:
         st.session_state["_init_config_manager"] = True

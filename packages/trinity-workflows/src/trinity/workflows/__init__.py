@@ -6,3 +6,8 @@ with this package installed and nothing imported by hand, and ``trinity.common.w
 (the guides' path) resolves to the class defined here. Importing ``trinity.workflows`` itself
 imports no environment: each module loads when its name is first used.
 """
+
+from trinity.workflows._agentscope_mcp import install_import_hook as _install_agentscope_hook
+
+# agentscope 1.0.x imports an MCP SDK 1.x name that vLLM's mcp 2.x lacks (see _agentscope_mcp)
+_install_agentscope_hook()

@@ -9,9 +9,10 @@ timeouts and end-of-stream behave exactly as in tests) and adds nothing but tran
 * A FIFO queue holds what writers sent as written: each row is a reference into its write's
   payload, and a read that hands out whole writes returns their payloads untouched (a list of
   payloads; the client decodes each). Only a write split across reads is decoded, once, and
-  the part read re-encoded. The priority replay queue ranks experiences by their fields, so
-  it decodes every write. Decoding each batch into objects and encoding it again cost the
-  quickstart ~5 ms per step on the way from explorer to trainer.
+  the part read re-encoded. The priority replay queue ranks each write by its experiences'
+  fields (model version, use count), so it decodes every write. Decoding each batch into
+  objects and encoding it again cost the quickstart ~5 ms per step on the way from explorer
+  to trainer.
 * It is a *threaded* actor (``max_concurrency``): a reader blocked waiting for a batch must
   not stop a writer from putting one, nor a release from ending the stream.
 * Outcomes come back as ``(status, payload)`` tuples rather than raised exceptions, so the
@@ -20,7 +21,11 @@ timeouts and end-of-stream behave exactly as in tests) and adds nothing but tran
 * The actor is named ``trinity_queue:<storage name>`` in the storage's ``ray_namespace``
   (default: the caller's namespace) and created with ``get_if_exists``, so a writer in an
   explorer actor and a reader in the trainer meet without passing handles around; it is
-  detached so that it outlives the task that happened to create it.
+  detached so that it outlives the task that happened to create it. A client that opens it
+  with a config of other queue settings gets a queue built as it says (:meth:`QueueActor.open`,
+  as the in-process registry does).
+* ``client.length.remote()`` is the actor's ``length`` (Trinity-RFT's tests read it from
+  ``QueueReader(config).queue``).
 """
 
 from __future__ import annotations
@@ -38,12 +43,16 @@ from trinity.buffer.storage.errors import (
     StorageConfigError,
     StorageError,
 )
-from trinity.buffer.storage.queue import ExperienceQueue, build_queue
+from trinity.buffer.storage.fifo_queue import ExperienceQueue
+from trinity.buffer.storage.queue_registry import build_queue, queue_settings
+from trinity.utils.log import get_logger
 
 if TYPE_CHECKING:
     from trinity.common.experience import Experience
 
 __all__ = ["QueueActor", "RayQueueClient", "get_ray_queue", "kill_ray_queue", "ray_queue_name"]
+
+logger = get_logger(__name__)
 
 _MAX_CONCURRENCY = 64
 _ERRORS: dict[str, type[Exception]] = {
@@ -135,8 +144,31 @@ class QueueActor:
     """The actor body: one queue built from the storage config, bytes in and out."""
 
     def __init__(self, storage_config: Any) -> None:
+        self._build(storage_config)
+
+    def _build(self, storage_config: Any) -> None:
         self.queue = build_queue(storage_config)
         self._fifo = isinstance(self.queue, ExperienceQueue)
+        self._settings = queue_settings(storage_config)
+
+    def open(self, storage_config: Any) -> bool:
+        """Called by each client that opens the actor: a config asking for another kind of
+        queue (FIFO or priority, capacity, replay settings) than the actor holds gets a new
+        one, built as it says, as :func:`~trinity.buffer.storage.queue.get_queue` does in a
+        process (the actor is detached, so one of an earlier run or test may still be there).
+        Returns whether it rebuilt."""
+        settings = queue_settings(storage_config)
+        if settings == self._settings:
+            return False
+        logger.warning(
+            "queue actor %r opened with other settings %s than it holds %s: using a new queue",
+            getattr(storage_config, "name", None),
+            settings,
+            self._settings,
+        )
+        self.queue.close()  # wake whoever still waits on the old queue: its stream ended
+        self._build(storage_config)
+        return True
 
     def put(self, payload: bytes, timeout: Optional[float], size: int = 0) -> tuple[str, Any]:
         """Insert a payload of ``size`` experiences (``0``: count them by decoding)."""
@@ -180,6 +212,10 @@ class QueueActor:
     def qsize(self) -> int:
         return self.queue.qsize()
 
+    def length(self) -> int:
+        """Trinity-RFT's name: the entries the queue holds (the priority queue's items)."""
+        return self.queue.length()
+
 
 def _raise_for(status: str, payload: Any) -> Any:
     if status == "ok":
@@ -196,11 +232,21 @@ def _decode(payloads: list[bytes]) -> list[Experience]:
 
 
 class RayQueueClient:
-    """Driver-side handle with the same methods as the in-process queues (``QueueLike``)."""
+    """Driver-side handle with the same methods as the in-process queues (``QueueLike``).
+
+    Trinity-RFT's reader and writer hold the queue actor itself as ``.queue``, and its tests
+    call ``reader.queue.length.remote()``: :attr:`length` is that remote method, so the same
+    call works on this client (``ray.get`` gives the count).
+    """
 
     def __init__(self, actor: Any, name: str) -> None:
         self.actor = actor
         self.name = name
+
+    @property
+    def length(self) -> Any:
+        """The actor's ``length`` method (call ``.remote()``): the entries the queue holds."""
+        return self.actor.length
 
     def put(self, exps: Sequence[Experience], timeout: Optional[float] = None) -> None:
         if exps:
@@ -259,7 +305,9 @@ def _namespace(storage_config: Any) -> str:
 
 
 def get_ray_queue(storage_config: Any) -> RayQueueClient:
-    """The queue actor for ``storage_config`` (created on first use, shared by name)."""
+    """The queue actor for ``storage_config`` (created on first use, shared by name; one
+    holding a queue of other settings builds the one this config asks for,
+    :meth:`QueueActor.open`)."""
     if not ray.is_initialized():
         raise RuntimeError(
             f"queue {storage_config.name!r}: the Ray actor queue needs ray.init() first "
@@ -280,6 +328,7 @@ def get_ray_queue(storage_config: Any) -> RayQueueClient:
         )
         .remote(storage_config)
     )
+    ray.get(actor.open.remote(storage_config))
     return RayQueueClient(actor, storage_config.name or "<unnamed>")
 
 

@@ -143,7 +143,7 @@ EngineType = Annotated[
 ]
 #: ``monitor_type``: a built-in sink or any name in ``trinity.utils.monitor.MONITOR``.
 MonitorType = Annotated[
-    Literal["tensorboard", "wandb", "mlflow"],
+    Literal["tensorboard", "wandb", "mlflow", "swanlab"],
     _registered(MONITOR.list, BUILTIN_MONITOR_TYPES),
     _registry_names(*BUILTIN_MONITOR_TYPES),
 ]

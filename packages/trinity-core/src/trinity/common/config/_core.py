@@ -135,7 +135,11 @@ class Config(_Section):
         return _deep_merge(self._intent, _changes(self.to_dict(), self._snapshot))
 
     def _stage_dict(self, stage: StageConfig) -> dict[str, Any]:
-        base = copy.deepcopy(self._intent if self._intent is not None else _intent_dump(self))
+        if self._snapshot is None:  # being validated: what the user wrote
+            base = self._intent if self._intent is not None else _intent_dump(self)
+        else:  # ... and what a program assigned since (a checkpoint root set after loading)
+            base = self._current_intent()
+        base = copy.deepcopy(base)
         base.pop("stages", None)
         # Run identity derived from the base name (possibly written out by save_config) is
         # re-derived from the stage's name instead.

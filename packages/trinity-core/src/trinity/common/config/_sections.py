@@ -448,7 +448,7 @@ class MonitorConfig(_Section):
     monitor_type: MonitorType = Field(
         "tensorboard",
         description=(
-            "tensorboard, wandb, mlflow, or any monitor registered in "
+            "tensorboard, wandb, mlflow, swanlab, or any monitor registered in "
             "trinity.utils.monitor.MONITOR (a plugin's @MONITOR.register_module). The built-in "
             "names always validate; other names must be registered when the config is loaded."
         ),

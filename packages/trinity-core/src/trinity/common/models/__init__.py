@@ -38,6 +38,26 @@ def create_explorer_models(config: Any) -> tuple[list[Any], list[list[Any]]]:
     return engines.create_rollout_engines(config), engines.create_auxiliary_engines(config)
 
 
+def get_debug_explorer_model(config: Any) -> tuple[Any, list[Any]]:
+    """Trinity-RFT 0.5's handles to the engines ``trinity debug --module inference_model``
+    started in another process (named Ray actors of its debug namespace).
+
+    Not available here: that command runs the engines in its own process, without Ray, and
+    serves each model's OpenAI-compatible API on loopback, printing the addresses; a workflow
+    under test reaches them with an OpenAI client (or ``trinity debug --module workflow`` runs
+    the task with its own engines).
+
+    Raises:
+        NotImplementedError: always; the message says what to use instead.
+    """
+    raise NotImplementedError(
+        "get_debug_explorer_model: `trinity debug --module inference_model` serves the models' "
+        "OpenAI-compatible API on loopback (the addresses are printed) instead of leaving Ray "
+        f"actors for {config.explorer.name!r}; connect an OpenAI client to them, or run "
+        "`trinity debug --module workflow`"
+    )
+
+
 __all__ = [
     "GENERATION_KWARGS",
     "ChatTemplateError",
@@ -45,6 +65,7 @@ __all__ = [
     "call_model",
     "create_explorer_models",
     "experiences_from_chat_completion",
+    "get_debug_explorer_model",
     "prefer_sync_model_calls",
     "resolve_awaitable",
     "run_sync",

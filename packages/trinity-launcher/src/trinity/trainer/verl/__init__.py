@@ -1,0 +1,1 @@
+"""Trinity-RFT's ``trinity.trainer.verl`` paths (see :mod:`trinity.trainer`)."""

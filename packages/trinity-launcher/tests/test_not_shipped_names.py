@@ -1,0 +1,28 @@
+"""The "not supported yet" hint for Trinity-RFT 0.6 names stays true: a name on the list is one
+no installed package registers (otherwise a config naming it would get a wrong hint, and the
+list would hide what ships)."""
+
+from __future__ import annotations
+
+from trinity.algorithm import ALGORITHM_TYPE
+from trinity.common.workflows import WORKFLOWS
+from trinity.launcher.component_checks import (
+    TRINITY_RFT_ALGORITHMS_NOT_SHIPPED,
+    TRINITY_RFT_WORKFLOWS_NOT_SHIPPED,
+    not_shipped_hint,
+)
+
+
+def test_no_listed_workflow_is_registered():
+    assert not TRINITY_RFT_WORKFLOWS_NOT_SHIPPED & set(WORKFLOWS.list())
+
+
+def test_no_listed_algorithm_type_is_registered():
+    assert not TRINITY_RFT_ALGORITHMS_NOT_SHIPPED & set(ALGORITHM_TYPE.list())
+
+
+def test_the_hint_names_a_listed_workflow_only():
+    listed = sorted(TRINITY_RFT_WORKFLOWS_NOT_SHIPPED)[0]
+    field = "buffer.explorer_input.taskset.default_workflow_type"
+    assert "not supported yet" in not_shipped_hint(field, listed)
+    assert not_shipped_hint(field, "email_search_workflow") == ""  # ships now
