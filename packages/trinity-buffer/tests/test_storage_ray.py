@@ -70,7 +70,9 @@ def produce(cfg: ExperienceBufferConfig, batches: int, per_batch: int) -> int:
 
 
 def test_writer_task_and_driver_reader_exchange_experiences_until_end_of_stream():
-    cfg = config("ray-fifo")
+    # a generous read timeout: on a loaded 2-core machine the producer's Ray worker took over
+    # 20 s to start, and the first read gave up before it wrote (nothing here waits for it)
+    cfg = config("ray-fifo", max_read_timeout=120)
     reader = get_buffer_reader(cfg)
     assert isinstance(reader.queue, RayQueueClient)  # chosen because ray.is_initialized()
     # 5 batches of 3 = 15 experiences through a capacity-6 queue: the task must block on

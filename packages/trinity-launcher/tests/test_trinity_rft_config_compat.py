@@ -35,10 +35,10 @@ def _issues(data: dict[str, Any]) -> list[Any]:
 def test_a_trinity_rft_workflow_not_shipped_is_not_supported_yet(
     tmp_path: Path, model_path: str
 ) -> None:
-    data = _config(tmp_path, model_path, default_workflow_type="as_react_workflow")
+    data = _config(tmp_path, model_path, default_workflow_type="simple_mm_workflow")
     (issue,) = _issues(data)  # once: the taskset and its tasksets[0] mirror are one task set
     assert issue.path == "buffer.explorer_input.taskset.default_workflow_type"
-    assert "'as_react_workflow' is a Trinity-RFT 0.6 workflow that is not supported yet" in (
+    assert "'simple_mm_workflow' is a Trinity-RFT 0.6 workflow that is not supported yet" in (
         issue.message
     )
 
