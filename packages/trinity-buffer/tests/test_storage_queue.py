@@ -259,6 +259,14 @@ def test_a_write_is_one_item_read_whole_and_ranked_by_its_first_experience():
     assert ids(reader.read(1)) == [6]
 
 
+def test_replay_enable_on_a_plain_queue_selects_the_priority_queue():
+    cfg = queue_config("replay", replay_buffer=ReplayBufferConfig(enable=True))
+    writer, _ = pair(cfg)
+    assert isinstance(writer.queue, PriorityReplayQueue)
+    writer2, _ = pair(queue_config("plain"))
+    assert isinstance(writer2.queue, ExperienceQueue)
+
+
 def test_priority_capacity_evicts_lowest_priority():
     writer, reader = pair(prio_config())  # capacity: 4 items
     for i, version in enumerate([3, 1, 4, 2]):
