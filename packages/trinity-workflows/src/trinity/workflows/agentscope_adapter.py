@@ -51,6 +51,20 @@ def _reward(value: Any, source: str) -> float:
     return float(value)
 
 
+async def _call_expecting(
+    func: Any, given: dict[str, Any], optional: dict[str, Any], expected: type, what: str
+) -> Any:
+    """``func`` called with the arguments it accepts (awaited if it is async); its result must
+    be an ``agentscope.tuner`` ``expected`` (``WorkflowOutput`` / ``JudgeOutput``)."""
+    result = await _result(call_with_accepted(func, given, optional))
+    if not isinstance(result, expected):
+        raise ValueError(
+            f"{what} must return an agentscope.tuner.{expected.__name__}, got "
+            f"{type(result).__name__}"
+        )
+    return result
+
+
 class _AdapterBase(Workflow):
     """The workflow function, the history check and the rewarding shared by both adapters."""
 
@@ -154,32 +168,22 @@ class AgentScopeWorkflowAdapterV1(_AdapterBase):
     async def run_async(self) -> list[Experience]:
         """Run the workflow function, then the judge (if any); reward the recorded calls."""
         optional = {"auxiliary_models": self.auxiliary_chat_models, "logger": self.logger}
-        output = await _result(
-            call_with_accepted(
-                self.workflow_func,
-                {"task": self.task.raw_task, "model": self.chat_model},
-                optional,
-            )
+        output = await _call_expecting(
+            self.workflow_func,
+            {"task": self.task.raw_task, "model": self.chat_model},
+            optional,
+            self._workflow_output,
+            "workflow_func",
         )
-        if not isinstance(output, self._workflow_output):
-            raise ValueError(
-                "workflow_func must return an agentscope.tuner.WorkflowOutput, got "
-                f"{type(output).__name__}"
-            )
         metrics = dict(output.metrics or {})
         if self.judge_func is not None:
-            judged = await _result(
-                call_with_accepted(
-                    self.judge_func,
-                    {"task": self.task.raw_task, "response": output.response},
-                    optional,
-                )
+            judged = await _call_expecting(
+                self.judge_func,
+                {"task": self.task.raw_task, "response": output.response},
+                optional,
+                self._judge_output,
+                "judge_func",
             )
-            if not isinstance(judged, self._judge_output):
-                raise ValueError(
-                    "judge_func must return an agentscope.tuner.JudgeOutput, got "
-                    f"{type(judged).__name__}"
-                )
             reward = _reward(judged.reward, "JudgeOutput.reward")
             metrics.update(judged.metrics or {})
         elif output.reward is None:
