@@ -75,12 +75,10 @@ def metrics(run: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_killed_run_resumes_without_losing_or_repeating_experiences(tmp_path, write_config):
-    straight_dir = job_dir(tmp_path, "straight")
-    run_to_end(write_config("straight"), tmp_path / "straight.log")
-    straight = metrics(straight_dir)
-    assert [r["step"] for r in straight] == list(range(1, STEPS + 1))
-
-    # the same run, SIGKILLed (with its Ray processes) as soon as a checkpoint exists
+    """Compared with what an uninterrupted run trains: each step's run ids, and the model
+    versions the sync schedule gives (``required_version``; that an uninterrupted run follows
+    it is ``test_both_mode``'s sync-schedule test, ``memory-1-1`` being this schedule)."""
+    # the run, SIGKILLed (with its Ray processes) as soon as a checkpoint exists
     config = write_config("killed")
     run = job_dir(tmp_path, "killed")
     latest = run / "latest_checkpointed_iteration.txt"
@@ -112,12 +110,12 @@ def test_killed_run_resumes_without_losing_or_repeating_experiences(tmp_path, wr
     assert f"{len(saved)} experiences explored but not trained" in out
     resumed = metrics(run)
     assert [r["step"] for r in resumed] == list(range(1, STEPS + 1))  # none twice, none missing
-    assert latest.read_text() == straight_dir.joinpath(latest.name).read_text() == str(STEPS)
+    assert latest.read_text() == str(STEPS)
 
     trained: list[str] = []
-    for got, want in zip(resumed, straight, strict=True):
+    for got in resumed:
         ids = got["batch/experience_ids"].split()
-        assert ids == want["batch/experience_ids"].split(), got["step"]
+        # exactly what an uninterrupted run trains at this step: its own explore step's ids
         assert ids == sorted(f"{got['step']}/{t}/{r}" for t in range(BATCH) for r in range(REPEAT))
         trained += ids
         assert got["batch/size"] == BATCH * REPEAT
@@ -130,7 +128,6 @@ def test_killed_run_resumes_without_losing_or_repeating_experiences(tmp_path, wr
     # after the restart): the same model versions as without the kill
     versions = [r["sample/model_version/max"] for r in resumed]
     expected = [required_version(s, 1, 1) for s in range(1, STEPS + 1)]
-    assert [r["sample/model_version/max"] for r in straight] == expected
     for s in range(1, STEPS + 1):
         if s == ckpt + 1 and ahead == ckpt:  # regenerated after the restart, with weights ckpt
             assert versions[s - 1] == ckpt

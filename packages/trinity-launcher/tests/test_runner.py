@@ -338,6 +338,28 @@ def test_a_task_over_max_timeout_fails_and_its_runner_is_replaced(loop, pool):
     assert not any(alive(h) for h in before)  # the hung processes were killed
 
 
+def test_a_timed_out_task_cancels_the_engine_call_it_waits_on(loop, pool, engine):
+    """Replacing the runner of a task past max_timeout is not enough: the engine call it
+    waits on must stop too, or the next tasks queue behind abandoned work and, on a loaded
+    machine, time out in turn."""
+    before = ray.get(engine.sleep_log.remote())
+    tasks = [make_task("runner_test_sync", index=0, prompt="<engine-sleep:60>")]
+    tasks += [make_task("runner_test_sync", index=i) for i in range(1, 3)]
+    start = time.perf_counter()
+    batch = run_batch(loop, pool, tasks)
+    assert [r.ok for r in batch.results] == [False, True, True]
+    assert batch.results[0].error.startswith("timeout")
+    assert time.perf_counter() - start < 45  # nobody waited for the engine's 60 s
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the cancel reaches the engine asynchronously
+        log = ray.get(engine.sleep_log.remote())[len(before) :]
+        if log.count("cancelled") == 2:
+            break
+        time.sleep(0.2)
+    # both attempts (first try and retry) started the engine call and cancelled it
+    assert log.count("started") == 2 and log.count("cancelled") == 2, log
+
+
 @pytest.mark.slow
 def test_a_runner_whose_process_dies_is_replaced_and_the_batch_completes(loop, pool, tmp_path):
     before = list(pool.runners)

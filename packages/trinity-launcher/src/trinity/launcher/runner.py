@@ -503,6 +503,11 @@ class RunnerPool:
             ref = runner.handle.run_task.remote(state.result.task, state.run_id_base)
             result = await asyncio.wait_for(_await_ref(ref), self.max_timeout)
         except asyncio.TimeoutError:
+            # Cancel the task before its runner is replaced: Ray's recursive cancel also
+            # cancels the engine calls it is waiting on. Killing the runner alone would leave
+            # them queued on the engine, and the next tasks would wait behind abandoned work
+            # (on a loaded machine each then times out in turn).
+            _cancel(ref)
             message = (
                 f"timeout: no result within explorer.max_timeout ({self.max_timeout:g} s) "
                 f"on workflow runner {runner.runner_id}"
@@ -673,6 +678,16 @@ class RunnerPool:
             metrics["runner/task_seconds/mean"] = sum(task_seconds) / len(task_seconds)
             metrics["runner/task_seconds/max"] = max(task_seconds)
         return metrics
+
+
+def _cancel(ref: Any) -> None:
+    """Best-effort ``ray.cancel`` (recursive: the calls the task made are cancelled too)."""
+    try:
+        import ray
+
+        ray.cancel(ref, recursive=True)
+    except Exception:  # finished meanwhile, its actor is dead, or Ray is shutting down
+        pass
 
 
 def _kill(handle: Any) -> None:

@@ -8,7 +8,9 @@ The real engines (vLLM, transformers) are tested against real tiny models.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import sys
 from collections import deque
 from typing import Any, Optional, Sequence
@@ -30,6 +32,11 @@ class FakeEngine(BaseRolloutEngine):
     the process exits (``os._exit``, as a crash would) on its ``k+1``-th chat/generate call;
     with ``exit_once_file`` too, only while that file does not exist (it is created first), so
     exactly one engine instance of a run dies.
+
+    A hanging engine call: a chat whose last message contains ``<engine-sleep:S>`` waits ``S``
+    seconds in the engine before it replies, and :meth:`sleep_log` records ``started`` and
+    then ``cancelled`` or ``done`` for each such call, so a test can see whether the callers
+    that gave up on it (a task past ``explorer.max_timeout``) also stopped the engine's work.
     """
 
     def __init__(self, settings: EngineSettings) -> None:
@@ -48,6 +55,7 @@ class FakeEngine(BaseRolloutEngine):
         self.call_log: deque[tuple[str, int]] = deque(maxlen=CALL_LOG_SIZE)
 
         self._calls = 0
+        self._sleep_log: list[str] = []
 
     def _maybe_die(self) -> None:
         args = self.settings.extra_engine_args or {}
@@ -67,9 +75,27 @@ class FakeEngine(BaseRolloutEngine):
         sys.stderr.flush()
         os._exit(1)
 
+    async def _maybe_sleep(self, messages: list[dict[str, Any]]) -> None:
+        text = str(messages[-1].get("content", "")) if messages else ""
+        match = re.search(r"<engine-sleep:([0-9.]+)>", text)
+        if match is None:
+            return
+        self._sleep_log.append("started")
+        try:
+            await asyncio.sleep(float(match.group(1)))
+        except asyncio.CancelledError:
+            self._sleep_log.append("cancelled")
+            raise
+        self._sleep_log.append("done")
+
+    async def sleep_log(self) -> list[str]:
+        """What the ``<engine-sleep:S>`` calls did: ``started``, then ``cancelled``/``done``."""
+        return list(self._sleep_log)
+
     async def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[Experience]:
         self._maybe_die()
         self._check_awake("generate")
+        await self._maybe_sleep(messages)
         self.fake.model_version = self.model_version
         return await self.fake.chat_async(messages, **kwargs)
 
