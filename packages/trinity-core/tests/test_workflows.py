@@ -173,6 +173,49 @@ def test_run_task_repeats_non_repeatable_workflows_and_stamps_ids(names):
     assert {e.model_version for e in exps} == {7}
 
 
+class EpisodeWorkflow(Workflow):
+    """Sync, stateful like an environment: counts the runs an instance has made and the
+    resets it got; optionally resettable."""
+
+    def __init__(self, *, task, model, auxiliary_models=None):
+        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
+        self.runs = 0
+        self.resets = 0
+
+    def reset(self, task):
+        self.task = task
+        self.resets += 1
+        self.runs = 0  # a new episode
+
+    def run(self):
+        self.runs += 1
+        [exp] = self.model.chat([{"role": "user", "content": "q"}], n=1)
+        exp.info["runs_on_instance"] = self.runs
+        exp.info["instance"] = id(self)
+        exp.info["resets"] = self.resets
+        return [exp]
+
+
+class ResettableEpisodeWorkflow(EpisodeWorkflow):
+    can_reset = True
+
+
+@pytest.mark.parametrize("cls", [EpisodeWorkflow, ResettableEpisodeWorkflow])
+def test_each_sequential_run_starts_afresh(names, cls):
+    """As in Trinity-RFT 0.6's runner: a task's later runs get the instance reset for them
+    (resettable) or a new instance, never the state the run before left."""
+    name = names()
+    WORKFLOWS.register_module(name, cls)
+    task = Task(workflow=name, raw_task={"prompt": "q", "response": "a"}, repeat_times=3)
+    exps = run_task(task, FakeModelWrapper(["a"]))
+    assert [e.info["runs_on_instance"] for e in exps] == [1, 1, 1]
+    if cls.can_reset:
+        assert len({e.info["instance"] for e in exps}) == 1
+        assert [e.info["resets"] for e in exps] == [0, 1, 2]
+    else:
+        assert [e.info["resets"] for e in exps] == [0, 0, 0]
+
+
 def test_run_task_lets_repeatable_workflows_produce_all_runs(names):
     name = names()
     WORKFLOWS.register_module(name, AsyncRepeatWorkflow)

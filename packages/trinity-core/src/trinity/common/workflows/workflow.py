@@ -362,7 +362,8 @@ async def run_task_async(
     run index, and records the model version that produced it.
 
     A repeatable workflow samples every run in one call. Any other runs ``repeat_times`` times:
-    one after the other on one instance (``concurrent_mode="sequential"``), or all at once
+    one after the other (``concurrent_mode="sequential"``: each later run on the instance reset
+    for it, or on a new one when it is not resettable, as in Trinity-RFT 0.6), or all at once
     (``"asynchronous"`` / ``"multi-threading"``; a sync workflow's ``run`` goes to a worker
     thread either way), each run on its own workflow instance and its own view of the model
     (:meth:`ModelWrapper.clone_with_isolated_history`), so histories never mix. Concurrent runs
@@ -400,7 +401,9 @@ async def run_task_async(
         workflow.set_repeat_times(repeat_times, run_id_base=run_id_base)
         experiences = _checked(cls, await run_workflow(workflow))
     elif concurrent_mode == "sequential" or repeat_times == 1:
-        for run_id in run_ids:
+        for i, run_id in enumerate(run_ids):
+            if i > 0:  # each run starts afresh, as the first did (an episode's state is its own)
+                workflow = _next_run(workflow, task, model, auxiliary_models)
             experiences.extend(await one_run(workflow, run_id))
     else:
         clone = getattr(model, "clone_with_isolated_history", None)
@@ -447,6 +450,19 @@ def run_task(
 
 
 # ---------------------------------------------------------------------- helpers
+def _next_run(
+    workflow: Workflow, task: Task, model: Any, auxiliary_models: Optional[Sequence[Any]]
+) -> Workflow:
+    """The instance for a task's next sequential run: ``workflow`` re-initialised through
+    :meth:`Workflow.reset` when it is resettable, else a new one (as Trinity-RFT 0.6's runner
+    does), so no run sees what the one before it left (an environment's state, a turn
+    counter, a history)."""
+    if is_resettable(workflow):
+        workflow.reset(task)
+        return workflow
+    return task.to_workflow(model, auxiliary_models)
+
+
 def _checked(cls: type, result: Any) -> list[Experience]:
     """A workflow's output as a list, refusing anything but Experiences (named in the error)."""
     if not isinstance(result, (list, tuple)):
