@@ -392,6 +392,16 @@ REWARD_ATTRS = {
         "call_args": [{"response": "4", "truth": "4", "prompt": "2+2?"}],
         "component_args": {"auxiliary_models": [FakeModelWrapper(_judge, model_path="fake/judge")]},
     },
+    "rlcr_reward": {
+        "call_args": [
+            {
+                "response": "<think>2+2</think><answer>4</answer>"
+                "<analysis>sure</analysis><confidence>0.9</confidence>",
+                "truth": "4",
+            },
+            {"response": "<answer>5</answer><confidence>0.2</confidence>", "truth": "4"},
+        ]
+    },
     "tool_call_reward": {
         "call_args": [
             {
