@@ -311,10 +311,11 @@ def test_a_sql_storage_retries_as_configured(
 
 
 def test_a_ray_queue_lives_in_its_storages_namespace() -> None:
+    """A storage's actor (a queue's, a SQL storage's) is in its ``ray_namespace``."""
     pytest.importorskip("ray")
-    from trinity.buffer.storage.ray_queue import _namespace
+    from trinity.buffer.storage.ray_actor import actor_namespace
 
-    assert _namespace(StorageConfig(name="q", ray_namespace="jobs/a")) == "jobs/a"
+    assert actor_namespace(StorageConfig(name="q", ray_namespace="jobs/a")) == "jobs/a"
 
 
 def test_a_data_sets_schema_type_picks_its_formatter() -> None:

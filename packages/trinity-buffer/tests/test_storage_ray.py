@@ -28,17 +28,10 @@ from trinity.common.experience import Experience  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_cluster(tmp_path_factory):
+def ray_cluster(local_ray):
     # the remote functions below live in this test module, which Ray workers cannot import
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _temp_dir=str(tmp_path_factory.mktemp("ray")),
-        log_to_driver=False,
-    )
     yield
-    ray.shutdown()
 
 
 def make_exp(i: int, version: int = 0) -> Experience:
@@ -194,15 +187,8 @@ def test_a_fifo_read_of_whole_writes_hands_their_payloads_through_unchanged():
     kill_ray_queue(cfg)
 
 
-def _torch_loaded(actor) -> bool:
-    """Whether the actor's process has torch's library mapped (read from /proc)."""
-    pid = ray._private.state.actors(actor._actor_id.hex())["Pid"]
-    with open(f"/proc/{pid}/maps") as maps:
-        return any("libtorch" in line for line in maps)
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/maps")
-def test_a_fifo_queue_actor_passes_whole_writes_without_importing_torch():
+def test_a_fifo_queue_actor_passes_whole_writes_without_importing_torch(torch_loaded):
     """The FIFO actor only moves payloads: it starts without torch (about 1.5 s of CPU less
     while a run's rollout engine loads) and imports it only to split a write."""
     cfg = config("ray-light", capacity=32)
@@ -210,9 +196,9 @@ def test_a_fifo_queue_actor_passes_whole_writes_without_importing_torch():
     client.put([make_exp(i) for i in range(4)])
     client.put([make_exp(i) for i in range(4, 6)])
     assert [e.info["i"] for e in client.get(4, timeout=1.0)] == [0, 1, 2, 3]
-    assert not _torch_loaded(client.actor)
+    assert not torch_loaded(client.actor)
     assert [e.info["i"] for e in client.get(1, timeout=1.0)] == [4]  # splits the second write
-    assert _torch_loaded(client.actor)
+    assert torch_loaded(client.actor)
     assert [e.info["i"] for e in client.get(1, timeout=1.0)] == [5]
     kill_ray_queue(cfg)
 

@@ -220,8 +220,9 @@ def test_a_checkpoint_mode_both_cannot_resume_from_is_refused_plainly(tmp_path, 
 
 def test_the_trainer_input_queue_is_in_process_unless_the_config_says_otherwise(tmp_path):
     """Modes both and colocate write and read the queue in the driver: in-process (a derived
-    value, on a copy); a config that sets wrap_in_ray, a storage other than a queue, or a
-    pipeline output of its own keeps what it says."""
+    value, on a copy), and a SQL experience buffer is opened by the driver too rather than by
+    its ``sql-<name>`` actor (compat D9); a config that sets wrap_in_ray, or a pipeline output
+    of its own, keeps what it says."""
     from trinity.common.config import load_config
     from trinity.launcher.run.plan import with_queue_in_process
 
@@ -242,9 +243,14 @@ def test_the_trainer_input_queue_is_in_process_unless_the_config_says_otherwise(
     config = load_config({"buffer": {"trainer_input": {"experience_buffer": priority}}})
     assert exp_of(with_queue_in_process(config)).wrap_in_ray is False
 
-    asked = {"storage_type": "queue", "wrap_in_ray": True}
     sql = {"storage_type": "sql", "path": f"sqlite:///{tmp_path}/x.db"}
-    for exp in (asked, sql):
+    config = load_config({"buffer": {"trainer_input": {"experience_buffer": sql}}})
+    assert exp_of(with_queue_in_process(config)).wrap_in_ray is False
+    assert exp_of(config).wrap_in_ray is True
+
+    asked = {"storage_type": "queue", "wrap_in_ray": True}
+    sql_asked = {**sql, "wrap_in_ray": True}
+    for exp in (asked, sql_asked):
         config = load_config({"buffer": {"trainer_input": {"experience_buffer": exp}}})
         assert with_queue_in_process(config) is config
     out = {"experience_pipeline": {"output": {"name": "out", "storage_type": "queue"}}}

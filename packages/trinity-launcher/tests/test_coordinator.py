@@ -642,3 +642,30 @@ def test_the_run_layer_holds_no_per_step_state(tmp_path, style):
         sizes[steps] = _held(c, c.records, c.ledger, c.clock)
         assert len(c.ledger) == 0 and c.records.pending == {}
     assert sizes[60] == sizes[10], (sizes[10], sizes[60])
+
+
+@pytest.mark.parametrize(
+    ("buffer_steps", "trainer_steps", "limit"),
+    [(None, None, None), (30, None, 30), (None, 12, 12), (30, 12, 12), (10, 12, 10)],
+)
+def test_training_stops_at_the_smaller_of_buffer_and_trainer_total_steps(
+    buffer_steps, trainer_steps, limit
+):
+    """``trainer.total_steps`` is Trinity-RFT's "training stops when reaching this step": the
+    train loop (``RunSettings``) and the lr schedule's length (the trainer plan) both end at
+    the smaller of it and ``buffer.total_steps``."""
+    from types import SimpleNamespace
+
+    from trinity.launcher.trainer.build import _total_steps
+
+    config = SimpleNamespace(
+        buffer=SimpleNamespace(
+            total_steps=buffer_steps, trainer_input=SimpleNamespace(experience_buffer=None)
+        ),
+        trainer=SimpleNamespace(total_steps=trainer_steps, save_interval=0),
+        explorer=SimpleNamespace(eval_interval=1, eval_on_startup=False),
+    )
+    assert RunSettings.from_config(config).total_steps == limit
+    if buffer_steps is not None or trainer_steps is not None:
+        assert _total_steps(config, "grpo") == limit
+

@@ -34,9 +34,9 @@ def get_buffer_reader(
     Args:
         storage_config: the storage to read; a queue reader meets the writers that use the
             same ``name`` (and, with Ray, the same ``ray_namespace``).
-        use_ray: queue storages only — ``True`` for the Ray actor queue, ``False`` for the
-            in-process queue, ``None`` (default) to use Ray when it is initialized and
-            ``wrap_in_ray`` is set.
+        use_ray: queue and SQL storages — ``True`` for the storage's named Ray actor,
+            ``False`` for this process (the in-process queue; the database opened here),
+            ``None`` (default) to use Ray when it is initialized and ``wrap_in_ray`` is set.
     """
     if _is_task_file(storage_config):
         from trinity.buffer.reader.file_reader import TaskFileReader

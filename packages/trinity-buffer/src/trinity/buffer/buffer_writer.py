@@ -87,7 +87,9 @@ def build_storage(
     built-in queue reader and writer, and their subclasses) is a queue storage: it gets the
     shared Ray actor queue when Ray is used (``use_ray``, see :func:`get_buffer_writer`) and
     this process's queue of that name otherwise
-    (:func:`trinity.buffer.storage.queue.open_queue`). Any other keyword in ``options``
+    (:func:`trinity.buffer.storage.queue.open_queue`). A class that names ``use_ray`` (the SQL
+    reader and writer) gets ``use_ray`` and makes the same choice itself
+    (:func:`trinity.buffer.storage.sql.open_sql_storage`). Any other keyword in ``options``
     (``write_timeout``) goes to the classes that name it; a plugin class taking only
     ``(config)`` gets none.
     """
@@ -112,6 +114,8 @@ def build_storage(
         from trinity.buffer.storage.queue import open_queue
 
         kwargs["queue"] = open_queue(config, use_ray)
+    elif "use_ray" in accepted:
+        kwargs["use_ray"] = use_ray
     return cls(config, **kwargs)
 
 
@@ -127,9 +131,9 @@ def get_buffer_writer(
     Args:
         storage_config: the storage to write (``name`` is what a reader uses to meet a writer
             on a queue).
-        use_ray: queue storages only — ``True`` for the Ray actor queue, ``False`` for the
-            in-process queue, ``None`` (default) to use Ray when it is initialized and
-            ``wrap_in_ray`` is set.
+        use_ray: queue and SQL storages — ``True`` for the storage's named Ray actor,
+            ``False`` for this process (the in-process queue; the database opened here),
+            ``None`` (default) to use Ray when it is initialized and ``wrap_in_ray`` is set.
         write_timeout: queue storages only — seconds a write may wait for room before raising
             :class:`~trinity.buffer.storage.errors.QueueWriteTimeout`; ``None`` waits.
     """

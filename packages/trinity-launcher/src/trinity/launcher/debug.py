@@ -133,7 +133,9 @@ def _write(out: Path, experiences: list) -> None:
     db = out / "experiences.db"
     db.unlink(missing_ok=True)
     writer = get_buffer_writer(
-        ExperienceBufferConfig(name=DEBUG_TABLE, storage_type="sql", path=f"sqlite:///{db}")
+        ExperienceBufferConfig(
+            name=DEBUG_TABLE, storage_type="sql", path=f"sqlite:///{db}", wrap_in_ray=False
+        )
     )
     try:
         if experiences:

@@ -153,6 +153,7 @@ def build_experience_pipeline(config: Config, advantage_fn: Any, operators: list
                 name="explorer_output",
                 storage_type="sql",
                 path=pipeline_config.input_save_path,
+                wrap_in_ray=False,  # written by this process only (as Trinity-RFT 0.6 does)
             )
         )
     return ExperiencePipeline(

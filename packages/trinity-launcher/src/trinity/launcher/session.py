@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional, TypeVar
 from trinity.common.config import Config, run_mode_spec
 from trinity.launcher.checkpoint import CheckpointSettings, ResumePoint, RunCheckpointer
 from trinity.launcher.errors import LaunchInputError
-from trinity.launcher.run.coordinator import Coordinator, RunSettings
+from trinity.launcher.run.coordinator import Coordinator, RunSettings, train_step_limit
 from trinity.launcher.run.ledger import ExperienceLedger
 from trinity.launcher.run.plan import run_config_for
 from trinity.launcher.run.policies import TakingTurns, Unsynced, sync_policy
@@ -122,7 +122,7 @@ class RunSession:
         if spec.trains and self.explorer is None and trainer_progress is None:
             from trinity.launcher.progress import TrainStepPrinter
 
-            self.trainer_progress = TrainStepPrinter(total_steps=config.buffer.total_steps)
+            self.trainer_progress = TrainStepPrinter(total_steps=train_step_limit(config))
         self.checkpointer = RunCheckpointer(CheckpointSettings.from_config(config, self.explorer))
         if spec.evaluates_checkpoints:
             logger.info(

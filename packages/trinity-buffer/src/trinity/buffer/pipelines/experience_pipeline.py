@@ -136,7 +136,12 @@ def _input_writer(pipeline: ExperiencePipelineConfig) -> Optional[Any]:
 
     storage_type = "sql" if "://" in path else "file"
     return get_buffer_writer(
-        ExperienceBufferConfig(name="explorer_output", storage_type=storage_type, path=path)
+        ExperienceBufferConfig(
+            name="explorer_output",
+            storage_type=storage_type,
+            path=path,
+            wrap_in_ray=False,  # written by this process only (as Trinity-RFT 0.6 does)
+        )
     )
 
 

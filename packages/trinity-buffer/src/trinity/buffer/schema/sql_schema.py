@@ -1,7 +1,7 @@
 """Row model of the SQL experience storage (Trinity-RFT's ``ExperienceModel``).
 
 Our SQL storage keeps each experience as its safetensors/JSON serialization plus a few
-queryable columns (see :class:`trinity.buffer.storage.sql.SQLStorage`). This model is that
+queryable columns (see :class:`trinity.buffer.storage.sql_table.SQLStorage`). This model is that
 row in Python: :meth:`ExperienceModel.from_experience` / :meth:`~ExperienceModel.to_experience`
 convert losslessly, which is what code written for Trinity-RFT uses it for. It is not an ORM
 class: Trinity-RFT's per-field columns (``prompt``, ``response``, ...) are not stored.
@@ -56,7 +56,7 @@ class ExperienceModel:
         return Experience.deserialize(self.exp_bytes)
 
     def to_row(self) -> dict[str, Any]:
-        """Column values as :class:`~trinity.buffer.storage.sql.SQLStorage` inserts them."""
+        """Column values as :class:`~trinity.buffer.storage.sql_table.SQLStorage` inserts them."""
         return {
             "exp_bytes": self.exp_bytes,
             "eid": self.eid,

@@ -43,6 +43,7 @@ from trinity.buffer.storage.queue_registry import (
     queue_settings,
     remove_queue,
 )
+from trinity.buffer.storage.ray_actor import use_ray_actor
 
 if TYPE_CHECKING:  # the queue actor's FIFO holds payloads and needs no torch
     from trinity.common.experience import Experience
@@ -76,16 +77,9 @@ def use_ray_queue(config: Any, use_ray: Optional[bool] = None) -> bool:
     """Whether the queue of ``config`` lives in its named Ray actor: when asked (``use_ray``),
     else when Ray is initialized and the config allows it (``wrap_in_ray``, True by default;
     the explorer and trainer then run in different processes and only an actor is visible to
-    both). Runs that keep both sides in one process set ``wrap_in_ray: false`` (compat D8)."""
-    if use_ray is not None:
-        return use_ray
-    if not getattr(config, "wrap_in_ray", True):
-        return False
-    try:
-        import ray
-    except ImportError:  # pragma: no cover - ray is a dependency
-        return False
-    return ray.is_initialized()
+    both; :func:`~trinity.buffer.storage.ray_actor.use_ray_actor`). Runs that keep both sides
+    in one process set ``wrap_in_ray: false`` (compat D8)."""
+    return use_ray_actor(config, use_ray)
 
 
 def open_queue(config: Any, use_ray: Optional[bool] = None) -> QueueLike:

@@ -21,7 +21,8 @@ timeouts and end-of-stream behave exactly as in tests) and adds nothing but tran
 * The actor is named ``trinity_queue:<storage name>`` in the storage's ``ray_namespace``
   (default: the caller's namespace) and created with ``get_if_exists``, so a writer in an
   explorer actor and a reader in the trainer meet without passing handles around; it is
-  detached so that it outlives the task that happened to create it. A client that opens it
+  detached so that it outlives the task that happened to create it
+  (:func:`~trinity.buffer.storage.ray_actor.named_actor`). A client that opens it
   with a config of other queue settings gets a queue built as it says (:meth:`QueueActor.open`,
   as the in-process registry does).
 * ``client.length.remote()`` is the actor's ``length`` (Trinity-RFT's tests read it from
@@ -45,6 +46,7 @@ from trinity.buffer.storage.errors import (
 )
 from trinity.buffer.storage.fifo_queue import ExperienceQueue
 from trinity.buffer.storage.queue_registry import build_queue, queue_settings
+from trinity.buffer.storage.ray_actor import kill_named_actor, named_actor
 from trinity.utils.log import get_logger
 
 if TYPE_CHECKING:
@@ -300,10 +302,6 @@ def ray_queue_name(storage_config: Any) -> str:
     return f"trinity_queue:{storage_config.name}"
 
 
-def _namespace(storage_config: Any) -> str:
-    return getattr(storage_config, "ray_namespace", None) or ray.get_runtime_context().namespace
-
-
 def get_ray_queue(storage_config: Any) -> RayQueueClient:
     """The queue actor for ``storage_config`` (created on first use, shared by name; one
     holding a queue of other settings builds the one this config asks for,
@@ -313,20 +311,12 @@ def get_ray_queue(storage_config: Any) -> RayQueueClient:
             f"queue {storage_config.name!r}: the Ray actor queue needs ray.init() first "
             "(or build the reader/writer with use_ray=False for an in-process queue)"
         )
-    actor = (
-        ray.remote(QueueActor)
-        .options(
-            name=ray_queue_name(storage_config),
-            namespace=_namespace(storage_config),
-            get_if_exists=True,
-            lifetime="detached",
-            max_concurrency=_MAX_CONCURRENCY,
-            num_cpus=0,
-            # Ray's GCS would keep an event record of every put and get (up to 100,000 calls;
-            # a run's actor calls grew it ~130 MB per 1,000 steps: benchmarks/soak.py)
-            enable_task_events=False,
-        )
-        .remote(storage_config)
+    actor = named_actor(
+        QueueActor,
+        ray_queue_name(storage_config),
+        storage_config,
+        storage_config,
+        max_concurrency=_MAX_CONCURRENCY,
     )
     ray.get(actor.open.remote(storage_config))
     return RayQueueClient(actor, storage_config.name or "<unnamed>")
@@ -335,9 +325,4 @@ def get_ray_queue(storage_config: Any) -> RayQueueClient:
 def kill_ray_queue(storage_config: Any) -> bool:
     """Kill the queue actor of ``storage_config`` (it is detached, so nothing else does);
     returns whether one existed."""
-    try:
-        actor = ray.get_actor(ray_queue_name(storage_config), namespace=_namespace(storage_config))
-    except ValueError:
-        return False
-    ray.kill(actor)
-    return True
+    return kill_named_actor(ray_queue_name(storage_config), storage_config)

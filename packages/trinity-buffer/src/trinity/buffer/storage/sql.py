@@ -25,8 +25,15 @@ Crash safety: a write is one transaction (``engine.begin()``), so a writer kille
 leaves either the whole batch or none of it; SQLite runs in WAL mode so readers in other
 processes see committed batches while a writer is active.
 
-Closing: the storages of one URL in a process share one engine. :meth:`SQLStorage.close`
-(called by :meth:`SQLWriter.release` and :meth:`SQLReader.close`) lets go of it; when the last
+Where the database is opened: by the reader or writer itself (:class:`SQLStorage`), or, with
+``wrap_in_ray`` set (the default) while Ray is initialized, by the storage's named Ray actor
+``sql-<name>``, which owns the engine and runs each reader's and writer's statements
+(:mod:`trinity.buffer.storage.sql_actor`); :func:`open_sql_storage` decides, as Trinity-RFT
+0.6 does. Rows cross to the actor as plain values (experiences as their serialized bytes).
+
+Closing: the storages of one URL in a process share one engine
+(:mod:`~trinity.buffer.storage.sql_engine`). :meth:`SQLStorage.close` (called by
+:meth:`SQLWriter.release` and :meth:`SQLReader.close`) lets go of it; when the last
 storage of a SQLite file closes, the WAL is checkpointed into the database
 (``PRAGMA wal_checkpoint(TRUNCATE)``) and the engine disposed, so SQLite removes its
 ``-wal`` and ``-shm`` side files and the database is one self-contained file again. Engines
@@ -36,40 +43,30 @@ it closed opens the engine again.
 
 from __future__ import annotations
 
-import atexit
-import os
-import re
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Optional, TypeVar
-
-from sqlalchemy import (
-    JSON,
-    Column,
-    Engine,
-    Float,
-    Integer,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
-    create_engine,
-    delete,
-    event,
-    func,
-    insert,
-    inspect,
-    select,
-)
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 from trinity.buffer.base import BufferWriter, EndOfStream, OfflineReader
 from trinity.buffer.storage.errors import StorageConfigError
-from trinity.buffer.task_rows import row_to_task
-from trinity.common.experience import Experience
+from trinity.buffer.storage.ray_actor import use_ray_actor
+from trinity.buffer.storage.sql_engine import (  # noqa: F401  (_close_all_engines: at exit)
+    _close_all_engines,
+    _engine,
+    _release_engine,
+    sql_url,
+)
+from trinity.buffer.storage.sql_table import (
+    EXPERIENCE_ROWS,
+    TASK_ROWS,
+    SQLStorage,
+    rows_of,
+    table_name,
+)
 from trinity.utils.log import get_logger
+
+# Experience and the task rows' builder (torch) are imported where rows are encoded or decoded:
+# the SQL actor (sql_actor.py) only stores and selects rows, and starts without torch.
 
 __all__ = [
     "EXPERIENCE_ROWS",
@@ -78,388 +75,44 @@ __all__ = [
     "SQLStorage",
     "SQLReader",
     "SQLWriter",
+    "open_sql_storage",
     "read_task_rows",
+    "rows_of",
     "sql_url",
     "table_name",
 ]
 
 logger = get_logger(__name__)
-T = TypeVar("T")
-
-#: The two kinds of table (:attr:`SQLStorage.kind`).
-EXPERIENCE_ROWS = "experience"
-TASK_ROWS = "task"
-
-_ENGINES: dict[tuple[int, str], Engine] = {}
-#: open storages per engine; the engine is closed when its last storage closes
-_USERS: dict[tuple[int, str], int] = {}
-#: the database file each SQLite engine was last seen using (see :func:`_engine`)
-_FILES: dict[tuple[int, str], Optional[tuple[int, int]]] = {}
-_ENGINES_LOCK = threading.Lock()
 
 
-def sql_url(path: str) -> str:
-    """A SQLAlchemy URL for ``path``: URLs pass through, anything else is a SQLite file."""
-    if not path:
-        raise StorageConfigError("sql storage needs `path` (a database URL or a SQLite file)")
-    if "://" in path:
-        try:
-            url = make_url(path)
-        except Exception as exc:  # noqa: BLE001 - re-raised with the field named
-            raise StorageConfigError(f"`path` {path!r} is not a valid database URL: {exc}") from exc
-        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-            # like the plain-path form, create the database file's directory
-            os.makedirs(os.path.dirname(os.path.abspath(url.database)), exist_ok=True)
-        return path
-    path = os.path.abspath(os.path.expanduser(path))
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    return f"sqlite:///{path}"
+def open_sql_storage(
+    storage_config: Any,
+    use_ray: Optional[bool] = None,
+    *,
+    kind: Optional[str] = None,
+    default_kind: str = EXPERIENCE_ROWS,
+) -> Any:
+    """The storage a reader or writer of ``storage_config`` uses: served by the named Ray actor
+    ``sql-<name>`` (a :class:`~trinity.buffer.storage.sql_actor.SQLActorStorage`, with the
+    methods of :class:`SQLStorage`) when
+    :func:`~trinity.buffer.storage.ray_actor.use_ray_actor` says so (``use_ray``, else
+    ``wrap_in_ray`` while Ray is initialized), else a :class:`SQLStorage` in this process.
+    ``kind`` / ``default_kind``: as for :class:`SQLStorage`."""
+    if use_ray_actor(storage_config, use_ray):
+        from trinity.buffer.storage.sql_actor import SQLActorStorage
 
-
-def table_name(storage_name: str) -> str:
-    """A safe table name for a storage name (SQL identifiers cannot hold every character)."""
-    name = re.sub(r"[^0-9A-Za-z_]", "_", storage_name or "experience_buffer")
-    return name if not name[0].isdigit() else f"t_{name}"
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    # WAL: readers do not block the writer and see only committed transactions; NORMAL sync
-    # is still atomic against a killed process (only power loss can drop the last commit).
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=30000")
-    cur.close()
-
-
-def _is_sqlite_file(url: str) -> bool:
-    parsed = make_url(url)
-    return parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
-
-
-def _file_identity(url: str) -> Optional[tuple[int, int]]:
-    """``(device, inode)`` of a SQLite URL's database file, ``None`` while it does not exist."""
-    try:
-        st = os.stat(make_url(url).database or "")
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _engine(url: str, use: bool = False) -> Engine:
-    """One engine per URL per process (engines hold pools; forked children need their own).
-    ``use``: count one more open storage of it (see :func:`_release_engine`).
-
-    A SQLite file deleted (or replaced) since its engine connected is opened afresh: the
-    pooled connections still hold the old file, so they are closed and new ones open the
-    file now at that path."""
-    key = (os.getpid(), url)
-    with _ENGINES_LOCK:
-        engine = _ENGINES.get(key)
-        if engine is not None and _is_sqlite_file(url):
-            now = _file_identity(url)
-            known = _FILES.get(key)
-            if known is not None and now != known:
-                engine.dispose()
-            _FILES[key] = now
-        if engine is None:
-            parsed = make_url(url)
-            kwargs: dict[str, Any] = {}
-            if parsed.get_backend_name() == "sqlite":
-                kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
-            engine = create_engine(url, **kwargs)
-            if _is_sqlite_file(url):
-                event.listen(engine, "connect", _sqlite_pragmas)
-                _FILES[key] = _file_identity(url)
-
-                def _remember_file(_conn: Any, _record: Any, key: Any = key) -> None:
-                    # the file this connection opened (SQLite creates it on first connect)
-                    _FILES[key] = _file_identity(key[1])
-
-                event.listen(engine, "connect", _remember_file)
-            _ENGINES[key] = engine
-        if use:
-            _USERS[key] = _USERS.get(key, 0) + 1
-        return engine
-
-
-def _close_engine(url: str, engine: Engine) -> None:
-    """Checkpoint a SQLite file's WAL into the database, then close the engine's connections:
-    the last connection to close makes SQLite delete the ``-wal`` and ``-shm`` files."""
-    try:
-        if _is_sqlite_file(url):
-            with engine.connect() as conn:
-                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    except Exception as exc:  # noqa: BLE001 - closing must not fail a run that is ending
-        logger.debug("WAL checkpoint of %s failed: %s", url, exc)
-    finally:
-        engine.dispose()
-
-
-def _release_engine(url: str) -> None:
-    """One storage of ``url`` closed; the last one closes the engine (see :func:`_close_engine`)."""
-    key = (os.getpid(), url)
-    with _ENGINES_LOCK:
-        users = _USERS.get(key, 0) - 1
-        if users > 0:
-            _USERS[key] = users
-            return
-        _USERS.pop(key, None)
-        _FILES.pop(key, None)
-        engine = _ENGINES.pop(key, None)
-    if engine is not None:
-        _close_engine(url, engine)
-
-
-@atexit.register
-def _close_all_engines() -> None:
-    """Close this process's engines still open at exit (readers that were never closed)."""
-    pid = os.getpid()
-    with _ENGINES_LOCK:
-        mine = [(key, engine) for key, engine in _ENGINES.items() if key[0] == pid]
-        for key, _ in mine:
-            _ENGINES.pop(key, None)
-            _USERS.pop(key, None)
-    for (_, url), engine in mine:
-        _close_engine(url, engine)
-
-
-def _table(metadata: MetaData, name: str, kind: str) -> Table:
-    """The table layout of ``kind`` (see the module docstring)."""
-    if kind == TASK_ROWS:
-        payload = [Column("raw_task", JSON, nullable=False)]
-    else:
-        payload = [
-            # a length makes MySQL use LONGBLOB (plain BLOB stops at 64 KiB); others ignore it
-            Column("exp_bytes", LargeBinary(length=2**32 - 1), nullable=False),
-            Column("eid", String(255)),
-            Column("model_version", Integer, nullable=True),
-            Column("reward", Float, nullable=True),
-        ]
-    return Table(
-        name,
-        metadata,
-        Column("id", Integer, primary_key=True, autoincrement=True),
-        *payload,
-        Column("created_at", Float),
-        sqlite_autoincrement=True,  # ids never reused, so a reader position stays valid
-    )
-
-
-def _kind_of_items(items: Sequence[Any]) -> str:
-    """``experience`` for Experiences, ``task`` for task rows (dicts or Tasks); mixed or other
-    items are a ``TypeError`` naming what was found."""
-    if all(isinstance(item, Experience) for item in items):
-        return EXPERIENCE_ROWS
-    if all(isinstance(item, Mapping) or hasattr(item, "raw_task") for item in items):
-        return TASK_ROWS
-    kinds = sorted({type(item).__name__ for item in items})
-    raise TypeError(
-        f"a SQL storage holds Experiences or task rows (dicts / Task objects), one kind per "
-        f"table; got {', '.join(kinds)}"
-    )
-
-
-def _task_row(item: Any) -> dict[str, Any]:
-    row = item if isinstance(item, Mapping) else (item.raw_task or {})
-    return dict(row)
-
-
-class SQLStorage:
-    """One table of experiences or task rows: insert batches transactionally, select in id
-    order.
-
-    Args:
-        storage_config: the storage (``name`` is the table, ``path`` the database).
-        kind: ``"experience"`` or ``"task"`` when the caller needs that kind (another kind of
-            existing table is an error); ``None`` takes the kind of the existing table, or
-            decides at the first :meth:`insert` from what is written.
-        default_kind: the kind a reader expects when no table exists yet (it reads an empty
-            table of that kind until a writer creates one).
-    """
-
-    def __init__(
-        self,
-        storage_config: Any,
-        kind: Optional[str] = None,
-        default_kind: str = EXPERIENCE_ROWS,
-    ) -> None:
-        name = getattr(storage_config, "name", "") or "<unnamed>"
-        path = getattr(storage_config, "path", None)
-        if not path:
-            raise StorageConfigError(
-                f"storage {name!r}: storage_type 'sql' needs `path` (a database URL or a "
-                "SQLite file path)"
-            )
-        self.name = name
-        self.url = sql_url(path)
-        self.max_retry_times = int(getattr(storage_config, "max_retry_times", 3))
-        self.max_retry_interval = float(getattr(storage_config, "max_retry_interval", 1))
-        self._engine: Engine | None = _engine(self.url, use=True)
-        self.table_name = table_name(getattr(storage_config, "name", ""))
-        self.metadata = MetaData()
-        self._table: Optional[Table] = None
-        self.default_kind = default_kind
-        existing = self._existing_kind()
-        if existing is not None and kind is not None and existing != kind:
-            raise StorageConfigError(
-                f"storage {name!r}: table {self.table_name!r} in {self.url} holds "
-                f"{existing} rows, not {kind} rows; use another storage name"
-            )
-        self.kind: Optional[str] = existing or kind
-        if self.kind is not None:
-            self._create(self.kind)
-
-    def _existing_kind(self) -> Optional[str]:
-        """The kind of the table already in the database, or ``None`` when there is none."""
-
-        def _do() -> Optional[str]:
-            inspector = inspect(self.engine)
-            if not inspector.has_table(self.table_name):
-                return None
-            columns = {column["name"] for column in inspector.get_columns(self.table_name)}
-            return TASK_ROWS if "raw_task" in columns else EXPERIENCE_ROWS
-
-        return self._retry(_do)
-
-    def _create(self, kind: str) -> None:
-        self.kind = kind
-        self._table = _table(self.metadata, self.table_name, kind)
-        self._retry(lambda: self.metadata.create_all(self.engine, checkfirst=True))
-
-    @property
-    def table(self) -> Table:
-        """The table: of the kind a writer has created by now, else of ``default_kind``."""
-        if self._table is None:
-            self._create(self._existing_kind() or self.default_kind)
-        return self._table  # type: ignore[return-value]
-
-    def _undecided(self) -> bool:
-        """No table yet, here or in the database (a writer elsewhere may have made one)."""
-        return self._table is None and self._existing_kind() is None
-
-    @property
-    def engine(self) -> Engine:
-        """The shared engine of this storage's URL (opened again after :meth:`close`)."""
-        engine = self._engine
-        if engine is None:
-            engine = self._engine = _engine(self.url, use=True)
-        return engine
-
-    def close(self) -> None:
-        """Let go of the engine; the last storage of a SQLite file to close checkpoints its
-        WAL and closes every connection, so the ``-wal`` / ``-shm`` files go. Idempotent."""
-        if self._engine is not None:
-            self._engine = None
-            _release_engine(self.url)
-
-    def _retry(self, fn: Callable[[], T]) -> T:
-        """Retry transient failures (a locked SQLite file, a dropped connection)."""
-        for attempt in range(self.max_retry_times + 1):
-            try:
-                return fn()
-            except OperationalError as exc:
-                if attempt >= self.max_retry_times:
-                    raise
-                logger.warning(
-                    "storage %r: SQL operation failed (%s), retry %d/%d",
-                    self.name,
-                    exc.orig,
-                    attempt + 1,
-                    self.max_retry_times,
-                )
-                time.sleep(self.max_retry_interval)
-        raise AssertionError("unreachable")
-
-    def insert(self, items: Sequence[Any]) -> None:
-        """Insert Experiences or task rows (dicts / Tasks) in one transaction: all rows commit
-        or none do. The first insert into a new table decides its kind."""
-        if not items:
-            return
-        kind = _kind_of_items(items)
-        if self.kind is None:
-            self._create(kind)
-        elif kind != self.kind:
-            raise TypeError(
-                f"storage {self.name!r}: table {self.table_name!r} holds {self.kind} rows; "
-                f"cannot write {kind} rows into it"
-            )
-        now = time.time()
-        if kind == TASK_ROWS:
-            rows = [{"raw_task": _task_row(item), "created_at": now} for item in items]
-        else:
-            rows = [
-                {
-                    "exp_bytes": exp.serialize(),
-                    "eid": exp.eid.uid,
-                    "model_version": exp.model_version,
-                    "reward": exp.reward,
-                    "created_at": now,
-                }
-                for exp in items
-            ]
-
-        def _do() -> None:
-            with self.engine.begin() as conn:
-                conn.execute(insert(self.table), rows)
-
-        self._retry(_do)
-
-    def select_after(self, last_id: int, limit: Optional[int]) -> list[tuple[int, Any]]:
-        """Up to ``limit`` (``None``: all) committed rows with ``id > last_id``, in id order:
-        ``(id, experience bytes)`` or ``(id, task row dict)``."""
-        table = self.table
-        payload = table.c.raw_task if self.kind == TASK_ROWS else table.c.exp_bytes
-        stmt = select(table.c.id, payload).where(table.c.id > last_id).order_by(table.c.id)
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        decode = dict if self.kind == TASK_ROWS else bytes
-
-        def _do() -> list[tuple[int, Any]]:
-            with self.engine.connect() as conn:
-                return [(int(r[0]), decode(r[1])) for r in conn.execute(stmt)]
-
-        return self._retry(_do)
-
-    def last_id(self) -> int:
-        """The largest row id (0 for an empty table, or none yet)."""
-        if self._undecided():
-            return 0
-
-        def _do() -> int:
-            with self.engine.connect() as conn:
-                found = conn.execute(select(func.max(self.table.c.id))).scalar_one()
-                return int(found or 0)
-
-        return self._retry(_do)
-
-    def delete_after(self, last_id: int) -> int:
-        """Delete the rows with ``id > last_id`` in one transaction; returns how many."""
-        if self._undecided():
-            return 0
-
-        def _do() -> int:
-            with self.engine.begin() as conn:
-                result = conn.execute(delete(self.table).where(self.table.c.id > last_id))
-                return int(result.rowcount or 0)
-
-        return self._retry(_do)
-
-    def count(self) -> int:
-        """Rows in the table."""
-        if self._undecided():
-            return 0
-        with self.engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
+        return SQLActorStorage(storage_config, kind=kind, default_kind=default_kind)
+    return SQLStorage(storage_config, kind=kind, default_kind=default_kind)
 
 
 class SQLWriter(BufferWriter):
     """Writes experiences, or task rows (dicts / Tasks), into a SQL table, one transaction
-    per :meth:`write`."""
+    per :meth:`write`. ``use_ray``: where the database is opened (:func:`open_sql_storage`;
+    ``None``: the storage's named Ray actor while Ray is up and ``wrap_in_ray`` is set)."""
 
-    def __init__(self, storage_config: Any) -> None:
+    def __init__(self, storage_config: Any, use_ray: Optional[bool] = None) -> None:
         self.config = storage_config
-        self.storage = SQLStorage(storage_config)
+        self.storage = open_sql_storage(storage_config, use_ray)
 
     def write(self, items: Sequence[Any]) -> None:
         self.storage.insert(list(items))
@@ -493,11 +146,15 @@ class SQLReader(OfflineReader):
     :class:`~trinity.common.workflows.Task` batches built from the storage's task set settings
     (workflow, reward function, format, rollout arguments), as Trinity-RFT's SQL task reader
     does; a train task set (``is_eval`` unset) drops a final batch short of ``batch_size``,
-    as every train task set does.
+    as every train task set does. A read that finds the table exhausted lets go of the
+    database (:meth:`close`) before it ends; a later read opens it again. ``use_ray``: as for
+    :class:`SQLWriter`.
     """
 
-    def __init__(self, storage_config: Any) -> None:
-        self.storage = SQLStorage(storage_config, default_kind=_reader_kind(storage_config))
+    def __init__(self, storage_config: Any, use_ray: Optional[bool] = None) -> None:
+        self.storage = open_sql_storage(
+            storage_config, use_ray, default_kind=_reader_kind(storage_config)
+        )
         super().__init__(storage_config)
         if self.storage.kind == TASK_ROWS:
             # a task set's saved read position (``index``), as a file task set honours it
@@ -511,8 +168,12 @@ class SQLReader(OfflineReader):
         if not rows:
             return [], int(position)
         if self.storage.kind == TASK_ROWS:
+            from trinity.buffer.task_rows import row_to_task
+
             items = [row_to_task(row, row_id - 1, self.config) for row_id, row in rows]
             return items, rows[-1][0]
+        from trinity.common.experience import Experience
+
         return [Experience.deserialize(data) for _, data in rows], rows[-1][0]
 
     def _read(self, batch_size: int) -> list[Any]:
@@ -523,10 +184,13 @@ class SQLReader(OfflineReader):
         short = len(items) < batch_size
         if short and self.storage.kind != TASK_ROWS:
             items += self._wait_for_live_writer(batch_size - len(items))
-        if not items:
-            raise EndOfStream
         short = len(items) < batch_size
-        if short and self.storage.kind == TASK_ROWS and not getattr(self.config, "is_eval", False):
+        if not items or (
+            short and self.storage.kind == TASK_ROWS and not getattr(self.config, "is_eval", False)
+        ):
+            # exhausted: let go of the database (a SQL actor's too), as close() does; a later
+            # read opens it again
+            self.close()
             raise EndOfStream
         return items
 
@@ -535,14 +199,12 @@ class SQLReader(OfflineReader):
         :class:`~trinity.buffer.storage.sql_live.LiveWriterMark`: mode ``serve``), wait for
         ``missing`` more experiences; give up after ``max_read_timeout`` seconds without a new
         row, or once no writer is left (then the read returns what there is, or ends)."""
-        from trinity.buffer.storage.sql_live import live_writers
-
         timeout = float(getattr(self.config, "max_read_timeout", 1800) or 1800)
         out: list[Any] = []
         last_progress = time.monotonic()
         warned = False
         while len(out) < missing:
-            if not live_writers(self.storage, max_age=timeout):
+            if not self.storage.live_writers(timeout):
                 # the writer is gone: take what it wrote last, then stop
                 more, self.position = self._fetch(self.position, missing - len(out))
                 self.consumed += len(more)
@@ -615,8 +277,9 @@ class SQLTaskStorage:
 
 def read_task_rows(storage_config: Any) -> list[dict[str, Any]]:
     """Every task row of a SQL task table, in write order (a task set's ``path`` is the
-    database and its ``name`` the table); an experience table is an error naming it."""
-    storage = SQLStorage(storage_config)
+    database and its ``name`` the table; read as :func:`open_sql_storage` says); an experience
+    table is an error naming it."""
+    storage = open_sql_storage(storage_config)
     try:
         if storage.kind != TASK_ROWS:
             found = "no table" if storage.kind is None else "a table of experiences"

@@ -8,18 +8,22 @@ wait for new rows instead. That writer says so with a :class:`LiveWriterMark` (o
 and removed by :meth:`LiveWriterMark.close`); :func:`live_writers` counts the marks of a table
 refreshed within ``max_age`` seconds, so a writer that died without closing stops counting
 once its mark is that old.
+
+The functions here run where the database is open: in this process for a
+:class:`~trinity.buffer.storage.sql_table.SQLStorage`, in the SQL actor for a storage it serves
+(``SQLStorage.live_writers`` and the ``*_live_mark`` methods call them).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Column, Float, MetaData, String, Table, delete, func, insert, select, update
 
 if TYPE_CHECKING:  # sql.py's reader imports this module: no import back at run time
-    from trinity.buffer.storage.sql import SQLStorage
+    from trinity.buffer.storage.sql_table import SQLStorage
 
 LIVE_TABLE = "trinity_live_writers"
 
@@ -34,55 +38,70 @@ def _live_table(metadata: MetaData) -> Table:
     )
 
 
-class LiveWriterMark:
-    """Marks ``storage``'s table (a :class:`~trinity.buffer.storage.sql.SQLStorage`) as being
-    written by this process until closed; closing closes the storage."""
+def add_mark(storage: SQLStorage, writer: str) -> None:
+    """Mark ``storage``'s table as being written by ``writer`` (creates the marks table)."""
+    table = _live_table(MetaData())
+    storage._retry(lambda: table.metadata.create_all(storage.engine))
 
-    def __init__(self, storage: SQLStorage) -> None:
-        self.storage = storage
-        self.metadata = MetaData()
-        self.table = _live_table(self.metadata)
-        self.writer = uuid.uuid4().hex
-        self.storage._retry(lambda: self.metadata.create_all(self.storage.engine))
-
-        def _do() -> None:
-            with self.storage.engine.begin() as conn:
-                conn.execute(
-                    insert(self.table).values(
-                        writer=self.writer,
-                        table_name=self.storage.table_name,
-                        updated_at=time.time(),
-                    )
+    def _do() -> None:
+        with storage.engine.begin() as conn:
+            conn.execute(
+                insert(table).values(
+                    writer=writer, table_name=storage.table_name, updated_at=time.time()
                 )
+            )
 
-        self.storage._retry(_do)
+    storage._retry(_do)
+
+
+def beat_mark(storage: SQLStorage, writer: str) -> None:
+    """Refresh ``writer``'s mark (it is alive)."""
+    table = _live_table(MetaData())
+
+    def _do() -> None:
+        with storage.engine.begin() as conn:
+            conn.execute(
+                update(table).where(table.c.writer == writer).values(updated_at=time.time())
+            )
+
+    storage._retry(_do)
+
+
+def remove_mark(storage: SQLStorage, writer: str) -> None:
+    """Remove ``writer``'s mark."""
+    table = _live_table(MetaData())
+
+    def _do() -> None:
+        with storage.engine.begin() as conn:
+            conn.execute(delete(table).where(table.c.writer == writer))
+
+    storage._retry(_do)
+
+
+class LiveWriterMark:
+    """Marks ``storage``'s table as being written by this process until closed; closing closes
+    the storage. ``storage``: a :class:`~trinity.buffer.storage.sql_table.SQLStorage`, or the
+    storage a reader or writer gets from
+    :func:`~trinity.buffer.storage.sql.open_sql_storage` (the SQL actor's then writes the
+    mark)."""
+
+    def __init__(self, storage: Any) -> None:
+        self.storage = storage
+        self.writer = uuid.uuid4().hex
+        storage.add_live_mark(self.writer)
         self.closed = False
 
     def beat(self) -> None:
         """Refresh the mark (the writer is alive)."""
-
-        def _do() -> None:
-            with self.storage.engine.begin() as conn:
-                conn.execute(
-                    update(self.table)
-                    .where(self.table.c.writer == self.writer)
-                    .values(updated_at=time.time())
-                )
-
-        self.storage._retry(_do)
+        self.storage.beat_live_mark(self.writer)
 
     def close(self) -> None:
         """Remove the mark: readers waiting for rows stop once they have read the rest."""
         if self.closed:
             return
         self.closed = True
-
-        def _do() -> None:
-            with self.storage.engine.begin() as conn:
-                conn.execute(delete(self.table).where(self.table.c.writer == self.writer))
-
         try:
-            self.storage._retry(_do)
+            self.storage.remove_live_mark(self.writer)
         finally:
             self.storage.close()
 

@@ -98,6 +98,7 @@ from ._sections import (
     TrainerConfig,
     TrainerInput,
 )
+from ._trainer_view import TRAINER_VIEWS, TrainerConfigDict, TrainerViewError
 from ._utils import _set_derived as set_derived
 from ._utils import cuda_is_available
 from .modes import RUN_MODES, RunModeSpec, run_mode_spec
@@ -158,6 +159,9 @@ __all__ = [
     "DynamicTimeoutConfig",
     "SynchronizerConfig",
     "TrainerConfig",
+    "TrainerConfigDict",
+    "TrainerViewError",
+    "TRAINER_VIEWS",
     "MegatronParallelConfig",
     "DataProcessorConfig",
     "OperatorConfig",

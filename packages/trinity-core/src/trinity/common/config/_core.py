@@ -49,6 +49,7 @@ from ._sections import (
     TrainerConfig,
     _Section,
 )
+from ._trainer_view import bind_trainer_view
 from ._utils import _changes, _Checker, _deep_merge, _drop_values, _intent_dump, _set_derived
 from .modes import RUN_MODES, RunModeSpec, run_mode_spec
 
@@ -183,6 +184,10 @@ class Config(_Section):
     def check_and_update(self) -> Config:
         """Run the run-level checks and fill run-time values, in place; return ``self``.
 
+        ``trainer.trainer_config`` keeps the keys the config names; its attributes then read
+        the settings the trainer derives from this checked config, as Trinity-RFT's veRL
+        config object did (:class:`~trinity.common.config.TrainerConfigDict`, compat D11).
+
         Raises ``ConfigError`` listing every problem.
         """
         before = set(self._warnings)
@@ -199,6 +204,7 @@ class Config(_Section):
         self._warnings = checked.warnings
         self._intent = checked._intent
         self._snapshot = checked._snapshot
+        bind_trainer_view(self)
         for warning in self._warnings:
             if warning not in before:
                 logger.warning(warning)

@@ -10,9 +10,9 @@ with different values.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from ._base import (
     TRAINER_NAME,
@@ -23,6 +23,7 @@ from ._base import (
     TrainerStrategy,
     _Section,
 )
+from ._trainer_view import TrainerConfigDict, as_trainer_config
 
 #: Trinity-RFT's older name of ``trainer.max_token_len_per_gpu``
 DEPRECATED_MAX_TOKEN_KEY = "ppo_max_token_len_per_gpu"
@@ -85,10 +86,19 @@ class TrainerConfig(_Section):
         default_factory=MegatronParallelConfig, description="Megatron parallelism."
     )
     trust_remote_code: bool = Field(False, description="Copied from the model section.")
-    trainer_config: Optional[dict[str, Any]] = Field(
-        default_factory=dict, description="Backend config passed through verbatim (e.g. verl)."
+    trainer_config: Optional[Annotated[dict[str, Any], AfterValidator(as_trainer_config)]] = Field(
+        default_factory=TrainerConfigDict,
+        description="Backend config passed through verbatim (e.g. verl); after check_and_update "
+        "its attributes read the settings the trainer derives (TrainerConfigDict).",
     )
     trainer_config_path: str = Field("", description="Deprecated; use trainer_config.")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # the sections do not re-validate assignments; a dict assigned here still gets the
+        # field's type (its derived view unbound until the next check_and_update)
+        if name == "trainer_config":
+            value = as_trainer_config(value)
+        super().__setattr__(name, value)
 
     @model_validator(mode="before")
     @classmethod

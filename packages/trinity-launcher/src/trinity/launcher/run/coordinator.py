@@ -101,13 +101,21 @@ class WeightSync(Protocol):
     def weight_bytes(self) -> int: ...
 
 
+def train_step_limit(config: Any) -> Optional[int]:
+    """The last train step: the smaller of ``buffer.total_steps`` (where the task set's steps
+    end) and ``trainer.total_steps`` (Trinity-RFT's "training stops when reaching this step");
+    ``None`` when neither is set (the end of the data ends training)."""
+    limits = [int(v) for v in (config.buffer.total_steps, config.trainer.total_steps) if v]
+    return min(limits) if limits else None
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """What the coordinator reads of a config (nothing else of it).
 
     Attributes:
-        total_steps: ``buffer.total_steps`` (the train loop stops there; ``None``: at the end
-            of the data).
+        total_steps: where the train loop stops: :func:`train_step_limit` (``buffer.total_steps``
+            and ``trainer.total_steps``, the smaller; ``None``: at the end of the data).
         save_interval: ``trainer.save_interval`` (0: a checkpoint only at the end).
         eval_interval: ``explorer.eval_interval`` (explore steps).
         eval_on_startup: ``explorer.eval_on_startup``.
@@ -121,7 +129,7 @@ class RunSettings:
     @classmethod
     def from_config(cls, config: Any) -> RunSettings:
         return cls(
-            total_steps=int(config.buffer.total_steps) if config.buffer.total_steps else None,
+            total_steps=train_step_limit(config),
             save_interval=int(config.trainer.save_interval or 0),
             eval_interval=int(config.explorer.eval_interval),
             eval_on_startup=bool(config.explorer.eval_on_startup),

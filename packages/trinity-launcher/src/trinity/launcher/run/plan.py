@@ -21,14 +21,16 @@ __all__ = ["run_config_for", "with_queue_in_process"]
 
 
 def with_queue_in_process(config: Config) -> Config:
-    """``config`` with the trainer's input queue in this process, where nothing else needs it.
+    """``config`` with the trainer's input queue (or SQL table) in this process, where nothing
+    else needs it.
 
     In runs that explore and train, the explorer's pipeline writes the queue and the trainer
     reads it, both in this process (the driver): the same queue class in-process, with no Ray
     actor to encode every batch for, send it to and decode it from (~17 ms of the CPU
-    quickstart's ~0.2 s step). It applies to a ``queue`` / ``priority_queue`` whose
-    ``wrap_in_ray`` the config does not set and that the pipeline writes (no
-    ``experience_pipeline.output`` of its own).
+    quickstart's ~0.2 s step). A ``sql`` experience buffer is likewise opened by the driver
+    itself rather than through its ``sql-<name>`` actor (compat D9). It applies to a ``queue``
+    / ``priority_queue`` / ``sql`` storage whose ``wrap_in_ray`` the config does not set and
+    that the pipeline writes (no ``experience_pipeline.output`` of its own).
 
     Only the path down to the queue is copied (a deep copy would fail on any object in the
     config that ``copy.deepcopy`` refuses, e.g. a lock in a workflow's arguments); every
@@ -37,7 +39,7 @@ def with_queue_in_process(config: Config) -> Config:
     exp = config.buffer.trainer_input.experience_buffer
     if (
         exp is None
-        or str(exp.storage_type).lower() not in ("queue", "priority_queue")
+        or str(exp.storage_type).lower() not in ("queue", "priority_queue", "sql")
         or "wrap_in_ray" in exp.model_fields_set
         or config.data_processor.experience_pipeline.output is not None
     ):

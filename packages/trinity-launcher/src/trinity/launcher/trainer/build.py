@@ -43,7 +43,11 @@ class _Plan:
     world_size: int
 
 
-def _plan(config: Config) -> _Plan:
+def trainer_plan(config: Config) -> _Plan:
+    """What the trainer of ``config`` is built with: the algorithm, the policy engine's settings
+    (also the reference engine's), the total steps, whether a reference is needed and the
+    world size. One function, so the engines and the verl view of ``trainer.trainer_config``
+    (:mod:`~trinity.launcher.trainer.verl_view`) agree."""
     from trinity.algorithm.resolve import resolve_algorithm
     from trinity.launcher.trainer.trainer import uses_kl_penalty
     from trinity.launcher.trainer.verl_engine import TrinityLoss, VerlEngineSettings
@@ -106,7 +110,7 @@ def build_local_cpu_engines(config: Config) -> Optional[TrainEngines]:
     and on the CPU that is harmless (verl's and tensordict's flags, inductor's default cache
     directory, a CUDA arch list CPU builds ignore).
     """
-    plan = _plan(config)
+    plan = trainer_plan(config)
     if plan.world_size > 1 or plan.settings.resolved_device != "cpu":
         return None
     return _local_engines(config, plan)
@@ -119,7 +123,9 @@ def build_trainer(
     algorithm type uses one), readers, loop. Ray worker ranks go in ``placement``'s trainer
     bundles when given (:class:`~trinity.launcher.placement.Placement`). ``engines``, when
     given, are the ones :func:`build_local_cpu_engines` built for this config."""
-    plan = engines.plan if engines is not None and engines.plan is not None else _plan(config)
+    plan = (
+        engines.plan if engines is not None and engines.plan is not None else trainer_plan(config)
+    )
     if engines is None:
         if plan.world_size > 1:
             engines = TrainEngines(*_remote_engines(config, plan, placement=placement))
@@ -190,16 +196,29 @@ def _remote_engines(config: Config, plan: _Plan, placement: Any = None) -> tuple
 
 
 def _total_steps(config: Config, schema: str) -> Optional[int]:
+    """The steps the trainer will run (the lr schedule's length): where the train loop stops
+    (:func:`~trinity.launcher.run.coordinator.train_step_limit`), or, for an offline set read
+    from a file with no step limit, its rows x epochs / batch; ``None`` when unknown."""
+    from trinity.launcher.run.coordinator import train_step_limit
+
+    limit = train_step_limit(config)
     if config.buffer.total_steps:
-        return int(config.buffer.total_steps)
+        return limit
     exp = config.buffer.trainer_input.experience_buffer
     if schema in ("sft", "dpo") and exp is not None and exp.storage_type == "file":
         from trinity.buffer.taskset.loading import load_taskset_data
 
         rows = len(load_taskset_data(exp.path, split=exp.split, subset_name=exp.subset_name))
         per_step = config.buffer.train_batch_size or config.buffer.batch_size
-        return max(math.floor(rows * config.buffer.total_epochs / per_step), 1)
-    return None
+        epochs = max(math.floor(rows * config.buffer.total_epochs / per_step), 1)
+        return min(epochs, limit) if limit else epochs
+    return limit
 
 
-__all__ = ["DatasetExperienceReader", "TrainEngines", "build_local_cpu_engines", "build_trainer"]
+__all__ = [
+    "DatasetExperienceReader",
+    "TrainEngines",
+    "build_local_cpu_engines",
+    "build_trainer",
+    "trainer_plan",
+]

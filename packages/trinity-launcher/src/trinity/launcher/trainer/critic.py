@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from trinity.algorithm.value_loss import ValueLossFn
     from trinity.common.config import Config
 
-__all__ = ["VerlCriticEngine", "critic_section"]
+__all__ = ["VerlCriticEngine", "critic_section", "critic_settings"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,97 @@ _CRITIC_KEYS: tuple[tuple[str, str, type, str], ...] = (
 )
 
 
+def critic_settings(config: Config, **overrides: Any) -> tuple[VerlEngineSettings, ValueLossFn]:
+    """The critic's engine settings and value loss for a Trinity config (``check_and_update``
+    done), without building the engine: :meth:`VerlCriticEngine.from_config` builds from them,
+    and the verl view of ``trainer.trainer_config`` shows them (``verl_view``).
+
+    Model: ``model.critic_model_path`` (else ``model.model_path``); the tokenizer is the
+    policy's (``model.model_path``), since the critic reads the policy's token ids.
+
+    ``trainer.trainer_config.critic`` (verl's names, as Trinity-RFT reads them), each key
+    falling back to the policy engine's setting (:meth:`VerlEngineSettings.from_config`):
+
+    * ``optim.{lr, betas, weight_decay, lr_warmup_steps, lr_warmup_steps_ratio,
+      min_lr_ratio, lr_scheduler_type | warmup_style, optimizer, clip_grad}``;
+    * ``grad_clip`` (wins over ``optim.clip_grad``);
+    * ``ppo_micro_batch_size_per_gpu``, ``forward_micro_batch_size_per_gpu``,
+      ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu``, ``forward_max_token_len_per_gpu``,
+      ``ulysses_sequence_parallel_size``;
+    * ``model.enable_gradient_checkpointing``,
+      ``model.fsdp_config.{param_offload, optimizer_offload}``;
+    * the value loss: ``cliprange_value`` (default 0.5) and ``loss_agg_mode`` (default: the
+      algorithm's ``loss_agg_mode``);
+    * ``ppo_epochs``: only 1 (one critic step per batch, as the actor) is supported.
+
+    ``overrides`` are :class:`VerlEngineSettings` fields and win over everything.
+    """
+    from trinity.algorithm.resolve import resolve_algorithm
+    from trinity.algorithm.value_loss import ValueLossFn
+
+    section = critic_section(config)
+    optim = section.get("optim") or {}
+    model = section.get("model") or {}
+    fsdp = (model.get("fsdp_config") if isinstance(model, Mapping) else None) or {}
+    for name, value in (("optim", optim), ("model", model), ("model.fsdp_config", fsdp)):
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"{_CRITIC_PATH}.{name}={value!r} is invalid; allowed: a mapping of settings"
+            )
+    epochs = _pick(section, "ppo_epochs", int, 1, _CRITIC_PATH)
+    if epochs != 1:
+        raise ValueError(
+            f"{_CRITIC_PATH}.ppo_epochs={epochs} is invalid; allowed: 1 (the trainer takes "
+            "one critic step per batch, as it does for the actor)"
+        )
+
+    base = VerlEngineSettings.from_config(config, **overrides)
+    parts = {"": section, "optim": optim, "model": model, "model.fsdp_config": fsdp}
+    kwargs: dict[str, Any] = {
+        field: _pick(
+            parts[part],
+            key,
+            kind,
+            getattr(base, field),
+            ".".join(filter(None, (_CRITIC_PATH, part))),
+        )
+        for part, key, kind, field in _CRITIC_KEYS
+    }
+    where_optim = f"{_CRITIC_PATH}.optim"
+    scheduler = optim.get("warmup_style") or optim.get("lr_scheduler_type")
+    optimizer = optim.get("optimizer")
+    kwargs.update(
+        model_path=config.model.critic_model_path or config.model.model_path,
+        tokenizer_path=config.model.model_path,
+        betas=tuple(optim["betas"]) if optim.get("betas") is not None else base.betas,
+        lr_scheduler_type=str(scheduler) if scheduler else base.lr_scheduler_type,
+        optimizer=_OPTIMIZERS.get(str(optimizer).lower(), str(optimizer))
+        if optimizer
+        else base.optimizer,
+        grad_clip=_pick(
+            section,
+            "grad_clip",
+            float,
+            _pick(optim, "clip_grad", float, base.grad_clip, where_optim),
+            _CRITIC_PATH,
+        ),
+        # 0 (Trinity-RFT's "unset") keeps the policy's budget
+        max_token_len_per_gpu=_pick(section, "ppo_max_token_len_per_gpu", int, 0, _CRITIC_PATH)
+        or base.max_token_len_per_gpu,
+        infer_max_token_len_per_gpu=_pick(
+            section, "forward_max_token_len_per_gpu", int, 0, _CRITIC_PATH
+        )
+        or base.infer_max_token_len_per_gpu,
+    )
+    kwargs.update(overrides)
+    settings = replace(base, **kwargs)
+    value_loss = ValueLossFn(
+        cliprange_value=_pick(section, "cliprange_value", float, 0.5, _CRITIC_PATH),
+        loss_agg_mode=str(section.get("loss_agg_mode") or resolve_algorithm(config).loss_agg_mode),
+    )
+    return settings, value_loss
+
+
 class VerlCriticEngine(VerlTrainEngine):
     """A value model (``V(s_t)`` per token) trained on verl's FSDP2 engine.
 
@@ -122,94 +213,10 @@ class VerlCriticEngine(VerlTrainEngine):
 
     @classmethod
     def from_config(cls, config: Config, **overrides: Any) -> VerlCriticEngine:
-        """The critic of a Trinity config (``check_and_update`` done).
-
-        Model: ``model.critic_model_path`` (else ``model.model_path``); the tokenizer is the
-        policy's (``model.model_path``), since the critic reads the policy's token ids.
-
-        ``trainer.trainer_config.critic`` (verl's names, as Trinity-RFT reads them), each key
-        falling back to the policy engine's setting
-        (:meth:`VerlEngineSettings.from_config`):
-
-        * ``optim.{lr, betas, weight_decay, lr_warmup_steps, lr_warmup_steps_ratio,
-          min_lr_ratio, lr_scheduler_type | warmup_style, optimizer, clip_grad}``;
-        * ``grad_clip`` (wins over ``optim.clip_grad``);
-        * ``ppo_micro_batch_size_per_gpu``, ``forward_micro_batch_size_per_gpu``,
-          ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu``, ``forward_max_token_len_per_gpu``,
-          ``ulysses_sequence_parallel_size``;
-        * ``model.enable_gradient_checkpointing``,
-          ``model.fsdp_config.{param_offload, optimizer_offload}``;
-        * the value loss: ``cliprange_value`` (default 0.5) and ``loss_agg_mode`` (default: the
-          algorithm's ``loss_agg_mode``);
-        * ``ppo_epochs``: only 1 (one critic step per batch, as the actor) is supported.
-
-        ``overrides`` are :class:`VerlEngineSettings` fields and win over everything.
-        """
-        from trinity.algorithm.resolve import resolve_algorithm
-        from trinity.algorithm.value_loss import ValueLossFn
-
-        section = critic_section(config)
-        optim = section.get("optim") or {}
-        model = section.get("model") or {}
-        fsdp = (model.get("fsdp_config") if isinstance(model, Mapping) else None) or {}
-        for name, value in (("optim", optim), ("model", model), ("model.fsdp_config", fsdp)):
-            if not isinstance(value, Mapping):
-                raise ValueError(
-                    f"{_CRITIC_PATH}.{name}={value!r} is invalid; allowed: a mapping of settings"
-                )
-        epochs = _pick(section, "ppo_epochs", int, 1, _CRITIC_PATH)
-        if epochs != 1:
-            raise ValueError(
-                f"{_CRITIC_PATH}.ppo_epochs={epochs} is invalid; allowed: 1 (the trainer takes "
-                "one critic step per batch, as it does for the actor)"
-            )
-
-        base = VerlEngineSettings.from_config(config, **overrides)
-        parts = {"": section, "optim": optim, "model": model, "model.fsdp_config": fsdp}
-        kwargs: dict[str, Any] = {
-            field: _pick(
-                parts[part],
-                key,
-                kind,
-                getattr(base, field),
-                ".".join(filter(None, (_CRITIC_PATH, part))),
-            )
-            for part, key, kind, field in _CRITIC_KEYS
-        }
-        where_optim = f"{_CRITIC_PATH}.optim"
-        scheduler = optim.get("warmup_style") or optim.get("lr_scheduler_type")
-        optimizer = optim.get("optimizer")
-        kwargs.update(
-            model_path=config.model.critic_model_path or config.model.model_path,
-            tokenizer_path=config.model.model_path,
-            betas=tuple(optim["betas"]) if optim.get("betas") is not None else base.betas,
-            lr_scheduler_type=str(scheduler) if scheduler else base.lr_scheduler_type,
-            optimizer=_OPTIMIZERS.get(str(optimizer).lower(), str(optimizer))
-            if optimizer
-            else base.optimizer,
-            grad_clip=_pick(
-                section,
-                "grad_clip",
-                float,
-                _pick(optim, "clip_grad", float, base.grad_clip, where_optim),
-                _CRITIC_PATH,
-            ),
-            # 0 (Trinity-RFT's "unset") keeps the policy's budget
-            max_token_len_per_gpu=_pick(section, "ppo_max_token_len_per_gpu", int, 0, _CRITIC_PATH)
-            or base.max_token_len_per_gpu,
-            infer_max_token_len_per_gpu=_pick(
-                section, "forward_max_token_len_per_gpu", int, 0, _CRITIC_PATH
-            )
-            or base.infer_max_token_len_per_gpu,
-        )
-        kwargs.update(overrides)
-        settings = replace(base, **kwargs)
-        value_loss = ValueLossFn(
-            cliprange_value=_pick(section, "cliprange_value", float, 0.5, _CRITIC_PATH),
-            loss_agg_mode=str(
-                section.get("loss_agg_mode") or resolve_algorithm(config).loss_agg_mode
-            ),
-        )
+        """The critic of a Trinity config (``check_and_update`` done), with the settings and
+        value loss of :func:`critic_settings` (``overrides`` are :class:`VerlEngineSettings`
+        fields and win over everything)."""
+        settings, value_loss = critic_settings(config, **overrides)
         return cls(settings, value_loss)
 
     # ---------------------------------------------------------------- values

@@ -119,9 +119,16 @@ def trainer_layout(config: Any) -> dict[str, Any]:
     ranks = trainer_world_size(config, device)
     if ranks <= 1:
         return {"trainer_ranks": 0, "trainer_device": device}
-    verl = (getattr(config.trainer, "trainer_config", None) or {}).get("trainer") or {}
-    per_node = verl.get("n_gpus_per_node") or config.cluster.trainer_gpu_num_per_node or None
+    per_node = trainer_ranks_per_node(config, ranks)
     return {"trainer_ranks": ranks, "trainer_device": device, "ranks_per_node": per_node}
+
+
+def trainer_ranks_per_node(config: Any, world_size: int) -> int:
+    """Trainer ranks placed on one node: verl's ``trainer.trainer_config.trainer.
+    n_gpus_per_node`` where set, else ``cluster.trainer_gpu_num_per_node``, else all
+    ``world_size`` ranks on one node (how the placement packs them)."""
+    verl = (getattr(config.trainer, "trainer_config", None) or {}).get("trainer") or {}
+    return int(verl.get("n_gpus_per_node") or config.cluster.trainer_gpu_num_per_node or world_size)
 
 
 # ------------------------------------------------------------------------------ sharding
