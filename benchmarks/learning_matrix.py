@@ -8,9 +8,13 @@ the other (a fresh launcher process each, so one type's failure cannot poison th
 * the RL types on the quickstart's task (``examples/quickstart.yaml``: a+b with a, b in 0..4,
   8 samples per problem, the quickstart's learning rate and entropy bonus) with only
   ``algorithm.algorithm_type`` switched, plus what the type cannot run without (a critic for
-  ``ppo``, expert data for ``mix``, a multi-turn task for ``multi_step_grpo``). Metric: the mean
-  reward of each step's rollouts (``rollout/reward/mean``, taken before any experience filter,
-  so it is the same quantity for every type);
+  ``ppo``, expert data for ``mix`` and ``mix_chord``, a multi-turn task for ``multi_step_grpo``
+  and ``gigpo``). Metric: the mean reward of each step's rollouts (``rollout/reward/mean``,
+  taken before any experience filter, so it is the same quantity for every type);
+* the distillation types (``on_policy_distill``, ``jsd``) on the same task and metric: a fresh
+  random student scored token by token by a teacher (the quickstart trained by GRPO, built
+  once per run directory: :func:`build_teacher`), whose greedy accuracy must also end at 0.8 or
+  more (:attr:`TypeSpec.greedy_min`);
 * ``sft`` and ``dpo`` in mode train on the offline sets of
   ``examples/data/make_arithmetic_offline.py``. Metric, on every saved checkpoint: SFT the greedy
   answer accuracy on the 11 held-out problems; DPO the share of the 11 held-out problems whose
@@ -21,10 +25,13 @@ the other (a fresh launcher process each, so one type's failure cannot poison th
   the type to show the feature does not hurt learning.
 
 The bar (:data:`FULL_BAR`): the first 5 points' mean is at most 0.2 and the last 5 points' mean
-at least 0.6. ``--ci`` runs the reduced matrix of ``tests/learning/test_learning_matrix*.py`` (fewer steps
-per type, :data:`CI_BAR`). Results: ``DIR/learning_matrix.{json,md,png}`` and every run under
-``DIR/runs/<type>``; ``--doc`` also writes the table and the PNG into ``docs/learning.md`` (the
-part between its ``matrix`` markers) and ``docs/learning_matrix.png``.
+at least 0.6. ``--ci`` runs the reduced matrix of ``tests/learning/test_learning_matrix*.py``
+(fewer steps per type, :data:`CI_BAR`; CI leaves out the types of :data:`NOT_IN_CI`).
+Results: ``DIR/learning_matrix.{json,md,png}`` and every run under ``DIR/runs/<type>``;
+``--doc`` also merges the rows of ``DIR`` into the recorded ones
+(``docs/learning_matrix.json``: a row run now replaces its recorded one, the others stay) and
+writes their table and PNG into ``docs/learning.md`` (the part between its ``matrix`` markers)
+and ``docs/learning_matrix.png``, so a run of a few types updates their rows alone.
 """
 
 from __future__ import annotations
@@ -51,6 +58,8 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "examples" / "data"
 DOC = REPO / "docs" / "learning.md"
 DOC_PNG = REPO / "docs" / "learning_matrix.png"
+#: The rows behind docs/learning.md's table (curves included), which ``--doc`` merges into.
+DOC_JSON = REPO / "docs" / "learning_matrix.json"
 BEGIN, END = "<!-- learning-matrix:begin -->", "<!-- learning-matrix:end -->"
 #: The metric of the RL types: the mean reward of the step's rollouts, before any filter.
 RL_METRIC = "rollout/reward/mean"
@@ -89,10 +98,14 @@ CI_BAR = Bar(first_max=0.25, last_min=0.3, min_gain=0.2)
 class TypeSpec:
     """How one algorithm type is run in the matrix.
 
-    ``kind``: ``rl`` (mode both on the quickstart's task), ``sft`` or ``dpo`` (mode train on
-    the offline sets). ``overrides`` are merged into the type's base config (nested dicts
-    merge, anything else replaces). ``save_every`` (offline kinds): checkpoint interval, one
-    metric point per checkpoint.
+    ``kind``: ``rl`` (mode both on the quickstart's task), ``distill`` (the same, the student
+    a fresh random model scored by a trained teacher: :func:`build_teacher`), ``sft`` or
+    ``dpo`` (mode train on the offline sets). ``overrides`` are merged into the type's base
+    config (nested dicts merge, anything else replaces; ``{model}`` / ``{teacher}`` in a string
+    are the matrix's tiny model / the teacher's weights). ``save_every`` (offline kinds):
+    checkpoint interval, one metric point per checkpoint. ``greedy_min``: the greedy accuracy
+    on the quickstart's 25 problems (its ``arithmetic-greedy`` eval) the run must end with,
+    beside the bar (0: not checked).
     """
 
     steps: int
@@ -101,10 +114,87 @@ class TypeSpec:
     overrides: dict[str, Any] = field(default_factory=dict)
     save_every: int = 0
     ci_save_every: int = 0
+    greedy_min: float = 0.0
     note: str = ""
 
 
 _SFT_FORMAT = {"prompt_type": "plaintext", "prompt_key": "question", "response_key": "answer"}
+
+#: What ``mix`` and ``mix_chord`` add: expert rows (the SFT set's training problems) beside the
+#: RL rows of each batch: 128 RL rows per step as for the other types, plus as many expert rows.
+_MIX: dict[str, Any] = {
+    "buffer": {
+        "train_batch_size": 256,
+        "trainer_input": {
+            "auxiliary_buffers": {
+                "sft_dataset": {
+                    "storage_type": "file",
+                    "schema_type": "sft",  # rows to format, not experiences
+                    "total_epochs": 1000,  # 44 rows, 128 a step: read them again
+                    "path": str(DATA / "arithmetic_sft"),
+                    "split": "train",
+                    "format": _SFT_FORMAT,
+                }
+            }
+        },
+    }
+}
+
+#: What the step-wise types (``multi_step_grpo``, ``gigpo``) run on: a multi-turn task, two
+#: questions per episode, one experience per turn.
+_MULTI_TURN: dict[str, Any] = {
+    "model": {"max_prompt_tokens": 40},
+    "buffer": {
+        # 16 tasks x 8 episodes x 2 turns: every experience of a step in its train step
+        "train_batch_size": 256,
+        "explorer_input": {
+            "taskset": {
+                "name": "arithmetic_multi_turn",
+                "path": str(DATA / "arithmetic_multi_turn"),
+                "default_workflow_type": "arithmetic_multi_turn_workflow",
+                "format": {"prompt_key": "questions", "response_key": "answers"},
+            },
+            "eval_tasksets": [],
+        },
+    },
+}
+
+#: The distillation types' teacher (:func:`build_teacher`): the quickstart (GRPO on its task,
+#: from the matrix's tiny model) trained this many steps.
+TEACHER_STEPS = 150
+#: The distillation types' student: the quickstart's tiny model built from this weight seed, a
+#: fresh random model (not the teacher's starting point, the preset's seed).
+STUDENT_SEED = 1
+#: The quickstart's greedy accuracy on its 25 problems (its eval task set).
+GREEDY_METRIC = "eval/arithmetic-greedy/accuracy/mean@1"
+
+#: What the distillation types (``on_policy_distill``, ``jsd``) add: the student samples with
+#: ``on_policy_distill_workflow`` and the teacher (an auxiliary model) scores every sampled
+#: token. The reward is computed to be watched (the matrix's metric), not trained on.
+_DISTILL: dict[str, Any] = {
+    "buffer": {
+        "explorer_input": {
+            "taskset": {
+                "default_workflow_type": "on_policy_distill_workflow",
+                "default_reward_fn_type": "arithmetic_reward",
+            }
+        }
+    },
+    "explorer": {
+        "eval_interval": 10,  # the student's greedy accuracy every 10 steps
+        "auxiliary_models": [
+            {
+                "model_path": "{teacher}",
+                "engine_type": "vllm",
+                "engine_num": 1,
+                "tensor_parallel_size": 1,
+                "enforce_eager": True,
+                "dtype": "float32",
+                "seed": 42,
+            }
+        ],
+    },
+}
 
 #: Every registered type (``trinity.algorithm.ALGORITHM_TYPE``) and how it is run.
 TYPES: dict[str, TypeSpec] = {
@@ -143,51 +233,65 @@ TYPES: dict[str, TypeSpec] = {
     "mix": TypeSpec(
         60,
         45,
-        overrides={
-            # expert rows (the SFT set's training problems) beside the RL rows of each batch:
-            # 128 RL rows per step as for the other types, plus as many expert rows
-            "buffer": {
-                "train_batch_size": 256,
-                "trainer_input": {
-                    "auxiliary_buffers": {
-                        "sft_dataset": {
-                            "storage_type": "file",
-                            "schema_type": "sft",  # rows to format, not experiences
-                            "total_epochs": 1000,  # 44 rows, 128 a step: read them again
-                            "path": str(DATA / "arithmetic_sft"),
-                            "split": "train",
-                            "format": _SFT_FORMAT,
-                        }
-                    }
-                },
-            }
-        },
+        overrides=_MIX,
         note="adds expert data (`buffer.trainer_input.auxiliary_buffers.sft_dataset`: the SFT "
         "set's 44 training problems) and `buffer.train_batch_size` 256 (half expert rows)",
     ),
     "multi_step_grpo": TypeSpec(
         150,
         45,
-        overrides={
-            # a multi-turn task: two questions per episode, one experience per turn
-            "model": {"max_prompt_tokens": 40},
-            "buffer": {
-                # 16 tasks x 8 episodes x 2 turns: every experience of a step in its train step
-                "train_batch_size": 256,
-                "explorer_input": {
-                    "taskset": {
-                        "name": "arithmetic_multi_turn",
-                        "path": str(DATA / "arithmetic_multi_turn"),
-                        "default_workflow_type": "arithmetic_multi_turn_workflow",
-                        "format": {"prompt_key": "questions", "response_key": "answers"},
-                    },
-                    "eval_tasksets": [],
-                },
-            },
-        },
+        overrides=_MULTI_TURN,
         note="a multi-turn task (`arithmetic_multi_turn_workflow` on "
         "`examples/data/arithmetic_multi_turn`: two questions per episode, one experience per "
         "turn, reward = share answered right) and `buffer.train_batch_size` 256 (both turns)",
+    ),
+    "grpo_verl": TypeSpec(60, 45),
+    "rec": TypeSpec(60, 45),
+    "sppo": TypeSpec(
+        100,
+        50,
+        # sppo's defaults have no entropy term (as asymre's): give it the quickstart's bonus
+        overrides={"algorithm": {"entropy_loss_fn": "default"}},
+        note="the quickstart's entropy bonus (`entropy_loss_fn: default`; sppo's defaults have "
+        "none: 0.07 -> 0.38 in 60 steps without it, a few problems staying wrong) and 100 "
+        "steps (its OPMD advantages are not divided by the group std; on-policy its curve is "
+        "`rec`'s, 0.64 over steps 56-60)",
+    ),
+    "mix_chord": TypeSpec(
+        60,
+        45,
+        overrides=_MIX,
+        note="the `mix` set-up (expert rows from `auxiliary_buffers.sft_dataset`, "
+        "`buffer.train_batch_size` 256)",
+    ),
+    "gigpo": TypeSpec(
+        150,
+        45,
+        overrides=_MULTI_TURN,
+        note="the multi-turn task of `multi_step_grpo`, whose turns carry GiGPO's "
+        "`env_state_hash` (SHA-256 of the conversation the turn answered) and `step_reward`",
+    ),
+    "on_policy_distill": TypeSpec(
+        150,
+        45,
+        kind="distill",
+        overrides=_DISTILL,
+        greedy_min=0.8,
+        note="distillation: a fresh random student (the tiny model, weight seed 1) samples with "
+        "`on_policy_distill_workflow`, the teacher (the quickstart trained 150 steps by GRPO, "
+        "an auxiliary model) scores its tokens; the reward (`arithmetic_reward`) is watched, "
+        "not trained on, and the student must end at greedy accuracy >= 0.8; 150 steps (0.48 "
+        "and greedy 0.56 at 60: its reverse-KL advantages, down to -10 on a token the teacher "
+        "rules out, have every step's gradient clipped to norm 1)",
+    ),
+    "jsd": TypeSpec(
+        150,
+        45,
+        kind="distill",
+        overrides=_DISTILL,
+        greedy_min=0.8,
+        note="as `on_policy_distill`, with the Jensen-Shannon advantage (fixed: 0.6's formula "
+        "reinforced every sampled token, 0.03 -> 0.00 in 60 steps)",
     ),
     "sft": TypeSpec(80, 48, kind="sft", save_every=8, ci_save_every=4),
     "dpo": TypeSpec(80, 40, kind="dpo", save_every=2, ci_save_every=2),
@@ -244,23 +348,31 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
-#: Registered types the matrix does not run yet, each with the reason. Trinity-RFT 0.6's types
-#: added after the matrix (issue 44): their components have hand-computed and parity tests, but
-#: no learning run backs them yet, so they are listed here rather than claimed.
+#: Registered types the matrix does not run, each with the reason.
 NOT_IN_MATRIX: dict[str, str] = {
-    "grpo_verl": "runs on the quickstart (3-step check); no learning run recorded yet",
-    "rec": "runs on the quickstart (3-step check); no learning run recorded yet",
-    "sppo": "runs on the quickstart (3-step check); no learning run recorded yet",
-    "gigpo": "needs a multi-step task with env_state_hash to differ from multi_step_grpo",
-    "mix_chord": "needs the mix set-up (an sft_dataset auxiliary buffer of expert rows)",
-    "on_policy_distill": "needs a teacher: no built-in workflow writes teacher_logprobs yet",
-    "jsd": "needs a teacher: no built-in workflow writes teacher_logprobs yet",
-    "cpt": "refused at validation: no raw-text (cpt) data formatter yet",
+    "cpt": "refused at validation: continued pre-training reads raw-text rows (no chat "
+    "template, loss on every token) and there is no raw-text (cpt) data formatter yet",
+}
+
+#: Types of :data:`TYPES` the reduced matrix of CI leaves out, each with the reason; the full
+#: matrix (``docs/learning.md``) runs them.
+_CI_TIME = (
+    "a Trinity-RFT 0.6 type added after CI's matrix; CI's time is tight (the full matrix runs it)"
+)
+NOT_IN_CI: dict[str, str] = {
+    "grpo_verl": _CI_TIME + "; grpo's math, computed in the trainer",
+    "rec": _CI_TIME,
+    "sppo": _CI_TIME,
+    "mix_chord": _CI_TIME + "; mix's set-up, which CI runs",
+    "gigpo": _CI_TIME + "; multi_step_grpo's task, which CI runs",
+    "on_policy_distill": _CI_TIME + "; it needs a 150-step teacher run first",
+    "jsd": _CI_TIME + "; it needs a 150-step teacher run first",
 }
 
 #: The reduced matrix of CI in three test files (``tests/learning/``), so pytest-xdist runs
 #: them side by side (it gives a file to one worker): each list is one file's types, the first
-#: also holds the variants (they run beside their base type's row). Together: :data:`TYPES`.
+#: also holds the variants (they run beside their base type's row). Together with
+#: :data:`NOT_IN_CI`: :data:`TYPES`.
 CI_SHARDS: dict[str, list[str]] = {
     "test_learning_matrix.py": ["grpo", "multi_step_grpo", "sft", "dpo"],
     "test_learning_matrix_b.py": ["rloo", "opmd", "asymre", "topr", "cispo", "gspo"],
@@ -280,12 +392,16 @@ def spec_of(name: str) -> tuple[str, TypeSpec]:
     return variant.base, replace(base, overrides=overrides, note=variant.note)
 
 
-def _fill(value: Any, model: str) -> Any:
+def _fill(value: Any, names: dict[str, str]) -> Any:
+    """``value`` with every ``{name}`` of ``names`` in its strings replaced."""
     if isinstance(value, dict):
-        return {k: _fill(v, model) for k, v in value.items()}
+        return {k: _fill(v, names) for k, v in value.items()}
     if isinstance(value, list):
-        return [_fill(v, model) for v in value]
-    return value.replace("{model}", model) if isinstance(value, str) else value
+        return [_fill(v, names) for v in value]
+    if isinstance(value, str):
+        for name, text in names.items():
+            value = value.replace("{" + name + "}", text)
+    return value
 
 
 def _absolute_data_paths(config: dict[str, Any]) -> None:
@@ -497,6 +613,17 @@ class Result:
     note: str = ""
     #: curves shown beside the one the bar is checked on (DPO's held-out metric)
     extra_curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    #: the value an extra curve must end at (at least), checked in ``passed`` (the greedy
+    #: accuracy of the distillation types); an extra curve not named here is shown only
+    extra_bars: dict[str, float] = field(default_factory=dict)
+
+
+#: The extra curve of the types with :attr:`TypeSpec.greedy_min`.
+GREEDY_CURVE = "greedy accuracy"
+
+
+def _extra_passed(curve: list[tuple[int, float]], minimum: float) -> bool:
+    return bool(curve) and curve[-1][1] >= minimum
 
 
 def _window_means(curve: list[tuple[int, float]], window: int) -> tuple[float, float]:
@@ -569,12 +696,31 @@ def run_type(
     bar = CI_BAR if ci else FULL_BAR
     steps = spec.ci_steps if ci else spec.steps
     root = out / "runs"
+    names = {"model": model}
     if spec.kind == "rl":
         config = rl_config(algorithm_type, steps, model, root, name=name)
+    elif spec.kind == "distill":
+        try:
+            names["teacher"] = build_teacher(out, model, timeout, ray_address)
+        except RuntimeError as exc:
+            return Result(
+                name,
+                steps,
+                RL_METRIC,
+                math.nan,
+                math.nan,
+                0.0,
+                False,
+                bar.describe(),
+                [],
+                str(exc),
+                spec.note,
+            )
+        config = rl_config(algorithm_type, steps, build_student(out), root, name=name)
     else:
         every = spec.ci_save_every if ci else spec.save_every
         config = offline_config(algorithm_type, steps, every, model, root)
-    config = _fill(deep_merge(config, spec.overrides), model)
+    config = _fill(deep_merge(config, spec.overrides), names)
     run_dir = root / config["project"] / config["group"] / config["name"]
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -584,10 +730,15 @@ def run_type(
     code, error = _launch(config_path, run_dir / "launch.log", timeout, ray_address)
     curve: list[tuple[int, float]] = []
     extra: dict[str, list[tuple[int, float]]] = {}
+    extra_bars: dict[str, float] = {}
     metric = RL_METRIC
-    if code == 0 and spec.kind == "rl":
+    if code == 0 and spec.kind in ("rl", "distill"):
         rows = _rows(run_dir / "metrics.jsonl")
         curve = [(int(r["step"]), float(r[RL_METRIC])) for r in rows if RL_METRIC in r]
+        if spec.greedy_min:
+            greedy = [(int(r["step"]), float(r[GREEDY_METRIC])) for r in rows if GREEDY_METRIC in r]
+            extra[GREEDY_CURVE] = greedy
+            extra_bars[GREEDY_CURVE] = spec.greedy_min
     elif code == 0 and spec.kind == "sft":
         metric = "held-out accuracy"
         curve = offline_curve("sft", model, run_dir)
@@ -603,6 +754,7 @@ def run_type(
     wall = time.monotonic() - start
     first, last = _window_means(curve, bar.window)
     passed = bool(curve) and bar.check(first, last)
+    passed = passed and all(_extra_passed(extra.get(k, []), m) for k, m in extra_bars.items())
     return Result(
         name,
         steps,
@@ -616,6 +768,7 @@ def run_type(
         error,
         spec.note,
         extra,
+        extra_bars,
     )
 
 
@@ -626,9 +779,67 @@ def build_model(out: Path) -> str:
     return str(build_tiny_model(str(out / "tiny-model"), PRESETS["arithmetic"]))
 
 
+def build_student(out: Path) -> str:
+    """The distillation types' student: the quickstart's tiny model from weight seed
+    :data:`STUDENT_SEED` (fresh random weights), built under ``out``."""
+    from trinity.launcher.tiny_model import PRESETS, build_tiny_model
+
+    spec = replace(PRESETS["arithmetic"], seed=STUDENT_SEED)
+    return str(build_tiny_model(str(out / "tiny-student"), spec))
+
+
+def build_teacher(
+    out: Path, model: str, timeout: float = 1800, ray_address: Optional[str] = None
+) -> str:
+    """The distillation types' teacher: the quickstart (GRPO on its task, from ``model``)
+    trained :data:`TEACHER_STEPS` steps; returns its last checkpoint's Hugging Face weights.
+
+    Built once per run directory (``out/runs/learning-matrix/cpu/teacher``) and reused while
+    those weights are there; ``out/teacher.json`` records its reward (first / last 5 steps)
+    and greedy accuracy at the start and the end.
+
+    Raises:
+        RuntimeError: the teacher's run failed (its log's tail in the message).
+    """
+    root = out / "runs"
+    config = rl_config("grpo", TEACHER_STEPS, model, root, name="teacher")
+    run_dir = root / config["project"] / config["group"] / config["name"]
+    weights = run_dir / f"global_step_{TEACHER_STEPS}" / "actor" / "huggingface"
+    if (weights / "config.json").is_file():
+        return str(weights)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    config_path = run_dir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    start = time.monotonic()
+    code, error = _launch(config_path, run_dir / "launch.log", timeout, ray_address)
+    if code != 0 or not (weights / "config.json").is_file():
+        tail = (run_dir / "launch.log").read_text()[-2000:]
+        raise RuntimeError(f"the teacher's run failed ({error or f'exit {code}'}): {tail}")
+    rows = _rows(run_dir / "metrics.jsonl")
+    reward = [(int(r["step"]), float(r[RL_METRIC])) for r in rows if RL_METRIC in r]
+    greedy = [float(r[GREEDY_METRIC]) for r in rows if GREEDY_METRIC in r]
+    first, last = _window_means(reward, FULL_BAR.window)
+    summary = {
+        "weights": str(weights),
+        "steps": TEACHER_STEPS,
+        "reward_first_5": first,
+        "reward_last_5": last,
+        "greedy_accuracy_start": greedy[0] if greedy else None,
+        "greedy_accuracy_end": greedy[-1] if greedy else None,
+        "wall_s": time.monotonic() - start,
+    }
+    (out / "teacher.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return str(weights)
+
+
 def load_results(out: Path) -> list[Result]:
     """The rows of ``out/learning_matrix.json`` (none if it is missing)."""
-    path = out / "learning_matrix.json"
+    return read_results(out / "learning_matrix.json")
+
+
+def read_results(path: Path) -> list[Result]:
+    """The rows of a results JSON (``write_results``' format; none if ``path`` is missing)."""
     if not path.is_file():
         return []
     rows = json.loads(path.read_text())
@@ -644,6 +855,15 @@ def load_results(out: Path) -> list[Result]:
         )
         for r in rows
     ]
+
+
+def merge_results(recorded: list[Result], new: list[Result]) -> list[Result]:
+    """``recorded`` with ``new``'s rows put in (a run's row replaces the recorded one of the
+    same name), in :data:`TYPES` then :data:`VARIANTS` order; rows of names no longer in the
+    matrix are dropped."""
+    rows = {r.algorithm_type: r for r in recorded}
+    rows.update({r.algorithm_type: r for r in new})
+    return [rows[name] for name in [*TYPES, *VARIANTS] if name in rows]
 
 
 def run_matrix(
@@ -687,6 +907,15 @@ def table(results: list[Result]) -> str:
             f"| {r.bar} | {'yes' if r.passed else '**no**'} | {r.wall_s:.0f} |"
         )
         for name, curve in r.extra_curves.items():
+            if name in r.extra_bars:  # its start and end, the end checked
+                minimum = r.extra_bars[name]
+                start, end = (curve[0][1], curve[-1][1]) if curve else (math.nan, math.nan)
+                ok = "yes" if _extra_passed(curve, minimum) else "**no**"
+                lines.append(
+                    f"| `{r.algorithm_type}` | {r.steps} | {name} (start, end) | {start:.2f} | "
+                    f"{end:.2f} | end >= {minimum:g} | {ok} | — |"
+                )
+                continue
             first, last = _window_means(curve, FULL_BAR.window)
             lines.append(
                 f"| `{r.algorithm_type}` | {r.steps} | the same, {name} | {first:.2f} | "
@@ -704,24 +933,31 @@ def _short(metric: str) -> str:
 
 def write_results(results: list[Result], out: Path, png_name: str = "learning_matrix.png") -> Path:
     """``out/learning_matrix.json`` / ``.md`` and the PNG (one panel per type); return the PNG."""
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(results, out / "learning_matrix.json")
+    (out / "learning_matrix.md").write_text(table(results) + "\n")
+    return plot_results(results, out / png_name)
+
+
+def _write_json(results: list[Result], path: Path) -> None:
+    path.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
+
+
+def plot_results(results: list[Result], png: Path) -> Path:
+    """The rows' curves into ``png``, one panel per curve (nothing drawn if none has points)."""
     from trinity.launcher.plot import plot_curves
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "learning_matrix.json").write_text(
-        json.dumps([asdict(r) for r in results], indent=1) + "\n"
-    )
-    (out / "learning_matrix.md").write_text(table(results) + "\n")
     curves: dict[str, list[tuple[int, float]]] = {}
     for r in results:
         curves[f"{r.algorithm_type} ({_short(r.metric)})"] = r.curve
         for name, curve in r.extra_curves.items():
             curves[f"{r.algorithm_type} ({name})"] = curve
     if not any(curves.values()):
-        return out / png_name
+        return png
     return Path(
         plot_curves(
             curves,
-            str(out / png_name),
+            str(png),
             title="learning matrix: reward / metric per step (tiny model, CPU)",
             ylabel="reward / metric",
             ncols=4,
@@ -730,15 +966,29 @@ def write_results(results: list[Result], out: Path, png_name: str = "learning_ma
     )
 
 
-def update_doc(results: list[Result], png: Path, doc: Path = DOC, doc_png: Path = DOC_PNG) -> None:
-    """Replace the part of ``doc`` between the matrix markers with the table and the PNG."""
-    shutil.copyfile(png, doc_png)
+def update_doc(
+    results: list[Result],
+    doc: Path = DOC,
+    doc_png: Path = DOC_PNG,
+    doc_json: Path = DOC_JSON,
+) -> list[Result]:
+    """Merge ``results`` into the recorded rows (``doc_json``, the rows behind the table; a
+    row of ``results`` replaces the recorded one of its name, the others stay), write them
+    back, and replace the part of ``doc`` between the matrix markers with their table and
+    ``doc_png`` with their curves. Returns the merged rows.
+
+    So a run of a few types (``--types rloo --doc``) updates their rows without dropping the
+    rest of the matrix."""
     text = doc.read_text()
     if BEGIN not in text or END not in text:
         raise ValueError(f"{doc} lacks the markers {BEGIN} / {END}")
-    body = f"{BEGIN}\n{table(results)}\n\n![learning curves]({doc_png.name})\n{END}"
+    rows = merge_results(read_results(doc_json), results)
+    _write_json(rows, doc_json)
+    plot_results(rows, doc_png)
+    body = f"{BEGIN}\n{table(rows)}\n\n![learning curves]({doc_png.name})\n{END}"
     head, rest = text.split(BEGIN, 1)
     doc.write_text(head + body + rest.split(END, 1)[1])
+    return rows
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -750,7 +1000,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     parser.add_argument("--ci", action="store_true", help="the reduced matrix (CI's bar)")
     parser.add_argument("--out", default=None, help="run directory (default: a temporary one)")
-    parser.add_argument("--doc", action="store_true", help="write docs/learning.md's table")
+    parser.add_argument(
+        "--doc",
+        action="store_true",
+        help="merge the rows into docs/learning_matrix.json and write docs/learning.md's table",
+    )
     parser.add_argument(
         "--ray-per-run", action="store_true", help="each run starts its own Ray (default: shared)"
     )
@@ -768,9 +1022,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     print(f"learning matrix in {out}", flush=True)
     results = run_matrix(types, out, ci=args.ci, on_result=show, share_ray=not args.ray_per_run)
-    png = out / "learning_matrix.png"
     if args.doc:
-        update_doc(load_results(out), png)
+        update_doc(load_results(out))
     print(table(results))
     return 0 if all(r.passed for r in results) else 1
 

@@ -8,6 +8,13 @@ conversation so far, response = the answer), with ``eid.run`` = the episode and 
 the turn, every turn carrying the episode's reward: the shape ``step_wise_grpo`` expects (it
 reads the last step's reward and broadcasts the episode's advantage to every step).
 
+Each turn's ``info`` also carries what GiGPO (``gigpo``) groups and credits steps by:
+``env_state_hash``, the SHA-256 of the conversation the model saw before answering (turns that
+acted from the same state share it: every run's first turn of a question, and the second turns
+of runs that gave the same first answer), and ``step_reward``, the turn's own share of the
+episode reward (``1 / len(questions)`` when answered right, else 0; the turns' step rewards sum
+to the episode reward).
+
 Small enough for the tiny arithmetic model (digits, ``+``, ``=`` and chat words only) to learn
 on a CPU; ``benchmarks/learning_matrix.py`` runs it with ``examples/data/arithmetic_multi_turn``.
 """
@@ -15,6 +22,8 @@ on a CPU; ``benchmarks/learning_matrix.py`` runs it with ``examples/data/arithme
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 
 from trinity.common.experience import Experience
 from trinity.common.models.calls import call_model
@@ -95,10 +104,13 @@ class ArithmeticMultiTurnWorkflow(ResettableWorkflowMixin, Workflow):
             )
         ]
         conversations = [[first] for _ in range(n)]
+        # per turn, per run: the hash of the conversation the model answered (GiGPO's anchor)
+        states = [[_state_hash(conv) for conv in conversations]]
         for index in range(1, len(self.questions)):
             for conv, exp in zip(conversations, turns[-1], strict=True):
                 conv.append({"role": "assistant", "content": exp.response_text or ""})
                 conv.append({"role": "user", "content": self.questions[index]})
+            states.append([_state_hash(conv) for conv in conversations])
             calls = [
                 call_model(self.model, "chat", conv, **generation_kwargs(self.rollout_args, n=1))
                 for conv in conversations
@@ -113,7 +125,19 @@ class ArithmeticMultiTurnWorkflow(ResettableWorkflowMixin, Workflow):
                 exp.reward = reward
                 exp.eid.run = self.run_id_base + run
                 exp.eid.step = t
-                exp.info = {**(exp.info or {}), "turn": t, "turn_correct": float(right[t])}
+                exp.info = {
+                    **(exp.info or {}),
+                    "turn": t,
+                    "turn_correct": float(right[t]),
+                    "env_state_hash": states[t][run],
+                    "step_reward": float(right[t]) / len(right),
+                }
                 exp.metrics = {**(exp.metrics or {}), "accuracy": reward}
             out.extend(steps)
         return out
+
+
+def _state_hash(messages: list[dict]) -> str:
+    """SHA-256 of a conversation (the state a turn acts from)."""
+    text = json.dumps(messages, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

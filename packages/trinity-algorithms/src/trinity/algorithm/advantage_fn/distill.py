@@ -22,6 +22,7 @@ from trinity.algorithm.advantage_fn._trainer import require_token_field
 from trinity.algorithm.advantage_fn.advantage_fn import ADVANTAGE_FN, AdvantageFn
 from trinity.algorithm.advantage_fn.functional_logprob import (
     distill_advantages,
+    jsd_advantages,
     jsd_per_token,
     row_sum_stats,
 )
@@ -115,10 +116,15 @@ class OnPolicyDistillAdvantage(AdvantageFn):
 
 @ADVANTAGE_FN.register_module("jsd")
 class JSDAdvantage(AdvantageFn):
-    """``A_t = -kl_coef * JSD_beta(student, teacher)`` per trained token (log space).
+    """Distillation by the generalised Jensen-Shannon divergence ``JSD_beta(student, teacher)``
+    (``beta = lambda_coef`` weighs the teacher in the mixture; 0 and 1 are the two pure KLs).
 
-    See :func:`~trinity.algorithm.advantage_fn.functional_logprob.jsd_per_token`: ``beta =
-    lambda_coef`` weighs the teacher in the mixture; 0 and 1 are the two pure KLs.
+    ``A_t = kl_coef * jsd_advantages(s_t, t_t)`` per trained token: the advantage whose policy
+    gradient on the student's samples is ``-grad JSD_beta``, ``-(1 - beta) * (s - log m)``
+    (see :func:`~trinity.algorithm.advantage_fn.functional_logprob.jsd_advantages`): positive
+    where the teacher likes the sampled token more than the student, negative where less.
+    Trinity-RFT 0.6 uses ``-kl_coef`` times its per-token JSD estimate instead, which is never
+    negative for ``0 < beta < 1`` and does not learn (the docstring there says why).
 
     Args:
         lambda_coef: the mixture weight ``beta`` in ``[0, 1]`` (0.5: symmetric JSD).
@@ -129,7 +135,9 @@ class JSDAdvantage(AdvantageFn):
             result does not depend on it.
 
     ``__call__(batch, teacher_logprobs=None, old_logprob=None)``. Metrics: ``jsd/mean`` /
-    ``jsd/std`` (over rows, of each row's summed JSD) and ``advantages/mean``.
+    ``jsd/std`` (over rows, of each row's summed JSD estimate,
+    :func:`~trinity.algorithm.advantage_fn.functional_logprob.jsd_per_token`) and
+    ``advantages/mean``.
     """
 
     class Args(ComponentArgs):
@@ -175,14 +183,16 @@ class JSDAdvantage(AdvantageFn):
         mask = exps.action_mask.to(torch.bool)
         with torch.no_grad():
             rows = self.chunk_size or max(student.shape[0], 1)
-            jsd = torch.cat(
-                [
-                    jsd_per_token(s / self.temperature, t / self.temperature, self.lambda_coef)
-                    for s, t in zip(student.split(rows), teacher.split(rows), strict=True)
-                ]
-            )
-            jsd = torch.where(mask, jsd, torch.zeros_like(jsd))
-            advantages = -self.kl_coef * jsd
+            # masked tokens (padding) may hold any value: 0 there, before any exp
+            zero = torch.zeros((), dtype=teacher.dtype)
+            student = torch.where(mask, student.to(teacher.dtype) / self.temperature, zero)
+            teacher = torch.where(mask, teacher / self.temperature, zero)
+            parts = [
+                (jsd_per_token(s, t, self.lambda_coef), jsd_advantages(s, t, self.lambda_coef))
+                for s, t in zip(student.split(rows), teacher.split(rows), strict=True)
+            ]
+            jsd = torch.where(mask, torch.cat([j for j, _ in parts]), zero)
+            advantages = torch.where(mask, self.kl_coef * torch.cat([a for _, a in parts]), zero)
             jsd_mean, jsd_std = row_sum_stats(jsd, mask)
             adv_mean, _ = row_sum_stats(advantages, mask)
         _set(exps, advantages)

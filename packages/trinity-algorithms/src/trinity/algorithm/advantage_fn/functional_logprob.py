@@ -24,6 +24,7 @@ __all__ = [
     "clip_b_keep",
     "clip_v_keep",
     "distill_advantages",
+    "jsd_advantages",
     "jsd_per_token",
     "masked_population_std",
     "row_sum_stats",
@@ -74,24 +75,64 @@ def distill_advantages(
     return torch.where(m, kl_coef * gap, torch.zeros_like(gap))
 
 
+def _log_mixture(s: Tensor, t: Tensor, beta: float) -> Tensor:
+    """``log m`` of the sampled token, ``m = beta * p_teacher + (1 - beta) * p_student``."""
+    return torch.logaddexp(s + math.log1p(-beta), t + math.log(beta))
+
+
 def jsd_per_token(student_logprob: Tensor, teacher_logprob: Tensor, beta: float = 0.5) -> Tensor:
-    """Per-token generalised Jensen-Shannon divergence estimate, in log space.
+    """Per-token single-sample estimate of the generalised Jensen-Shannon divergence, in log
+    space, from a token the *student* sampled.
 
     ``JSD_beta = beta * KL(teacher || M) + (1 - beta) * KL(student || M)`` with the mixture
-    ``M = beta * teacher + (1 - beta) * student``; from the sampled token's log-probs ``s``
-    (student) and ``t`` (teacher): ``log m = logaddexp(s + log(1 - beta), t + log(beta))`` and
-    ``JSD = beta * (t - log m) + (1 - beta) * (s - log m)``. ``beta = 0`` and ``beta = 1`` are
-    the pure single-sample KLs ``s - t`` and ``t - s`` (SWIFT's and Trinity-RFT's convention,
-    not the limit of the mixture formula, which is 0). ``logaddexp`` is element-wise, so no
-    stacked temporary is needed (Trinity-RFT's ``chunk_size`` existed to bound that one).
+    ``M = beta * teacher + (1 - beta) * student``. From the sampled token's log-probs ``s``
+    (student) and ``t`` (teacher), ``log m = logaddexp(s + log(1 - beta), t + log(beta))``:
+    ``beta * exp(t - s) * (t - log m) + (1 - beta) * (s - log m)``. The teacher's term is
+    importance-weighted (``exp(t - s)``) because the token was drawn from the student, so the
+    estimate's mean over the student's samples is ``JSD_beta``. ``beta = 0`` and ``beta = 1``
+    are the pure KLs (SWIFT's and Trinity-RFT's convention, not the limit of the mixture
+    formula, which is 0): ``s - t`` (``KL(student || teacher)``) and ``exp(t - s) * (t - s)``
+    (``KL(teacher || student)``).
+
+    Trinity-RFT 0.6 leaves the weight out (``beta * (t - log m) + (1 - beta) * (s - log m)``,
+    and ``t - s`` at ``beta = 1``), which is never positive for ``0 < beta < 1`` (Jensen's
+    inequality: ``log m >= beta * t + (1 - beta) * s``): see :func:`jsd_advantages`.
     """
     s, t = student_logprob.to(teacher_logprob.dtype), teacher_logprob
     if beta == 0.0:
         return s - t
+    weight = torch.exp(t - s)
     if beta == 1.0:
+        return weight * (t - s)
+    log_m = _log_mixture(s, t, beta)
+    return beta * weight * (t - log_m) + (1.0 - beta) * (s - log_m)
+
+
+def jsd_advantages(student_logprob: Tensor, teacher_logprob: Tensor, beta: float = 0.5) -> Tensor:
+    """Per-token advantage whose policy gradient, on the student's samples, is the negative
+    gradient of ``JSD_beta`` (see :func:`jsd_per_token`) with respect to the student.
+
+    ``d JSD_beta / d p_student(x) = (1 - beta) * log(p_student(x) / m(x))``, so the advantage
+    is ``-(1 - beta) * (s - log m)``: positive on a token the teacher likes more than the
+    student does (``t > s``), negative on one it likes less, 0 where they agree, and bounded
+    below by ``(1 - beta) * log(1 - beta)`` (a token the teacher rules out costs a bounded
+    amount, unlike the reverse KL of ``on_policy_distill``). The pure-KL ends: ``t - s`` at
+    ``beta = 0`` (``on_policy_distill``'s) and ``exp(t - s) - 1`` at ``beta = 1`` (the forward
+    KL's gradient, less the baseline 1).
+
+    Trinity-RFT 0.6 uses the negative of its per-token JSD estimate as the advantage. For
+    ``0 < beta < 1`` that value is never negative and grows with ``|s - t|`` in both
+    directions, so every sampled token is reinforced, a token the teacher rules out as much as
+    one it prefers: the student drifts away from the teacher (on the quickstart task its reward
+    fell from 0.03 to 0 in 60 steps while its KL to the teacher rose). Here the advantage is the
+    objective's gradient instead.
+    """
+    s, t = student_logprob.to(teacher_logprob.dtype), teacher_logprob
+    if beta == 0.0:
         return t - s
-    log_m = torch.logaddexp(s + math.log1p(-beta), t + math.log(beta))
-    return beta * (t - log_m) + (1.0 - beta) * (s - log_m)
+    if beta == 1.0:
+        return torch.exp(t - s) - 1.0
+    return -(1.0 - beta) * (s - _log_mixture(s, t, beta))
 
 
 class TokenFilter(NamedTuple):
