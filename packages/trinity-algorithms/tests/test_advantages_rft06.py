@@ -567,3 +567,24 @@ def test_config_arguments_are_checked(name, args, path, expected):
     issues = [i for i in info.value.errors if i.path == f"algorithm.advantage_fn_args.{path}"]
     assert issues, [str(i) for i in info.value.errors]
     assert expected in issues[0].message, issues[0].message
+
+
+def test_jsd_trinity_rft_estimate_restores_0_6_advantages():
+    """``trinity_rft_estimate: true``: Trinity-RFT 0.6's advantage, minus ``kl_coef`` times
+    the per-token estimate; the default is the divergence's gradient."""
+    student = torch.tensor([[math.log(0.2), math.log(0.6)]])
+    teacher = torch.tensor([[math.log(0.9), math.log(0.001)]])
+    batch = collate_experiences([exp("t", 0, 0.0, n=2, logprobs=student[0])])
+    old, _ = JSDAdvantage(lambda_coef=0.3, kl_coef=0.7, trinity_rft_estimate=True)(
+        batch, teacher_logprobs=teacher
+    )
+
+    def estimate_06(s: float, t: float) -> float:  # Trinity-RFT 0.6's, no importance weight
+        m = 0.3 * math.exp(t) + 0.7 * math.exp(s)
+        return 0.3 * (t - math.log(m)) + 0.7 * (s - math.log(m))
+
+    want = [-0.7 * estimate_06(s, t) for s, t in zip(student[0].tolist(), teacher[0].tolist(), strict=True)]
+    assert old.advantages[0].tolist() == pytest.approx(want, rel=1e-5)
+    assert all(a >= 0 for a in want)  # never a push away from a token (why it does not learn)
+    ours, _ = JSDAdvantage(lambda_coef=0.3, kl_coef=0.7)(batch, teacher_logprobs=teacher)
+    assert ours.advantages[0, 1].item() < 0 < ours.advantages[0, 0].item()

@@ -24,6 +24,7 @@ from trinity.algorithm.advantage_fn.functional_logprob import (
     distill_advantages,
     jsd_advantages,
     jsd_per_token,
+    jsd_per_token_unweighted,
     row_sum_stats,
 )
 from trinity.algorithm.args import ComponentArgs, Field, NonNegFloat, PosFloat, PosInt, Probability
@@ -124,7 +125,8 @@ class JSDAdvantage(AdvantageFn):
     (see :func:`~trinity.algorithm.advantage_fn.functional_logprob.jsd_advantages`): positive
     where the teacher likes the sampled token more than the student, negative where less.
     Trinity-RFT 0.6 uses ``-kl_coef`` times its per-token JSD estimate instead, which is never
-    negative for ``0 < beta < 1`` and does not learn (the docstring there says why).
+    negative for ``0 < beta < 1`` and does not learn (the docstring there says why);
+    ``trinity_rft_estimate: true`` computes that.
 
     Args:
         lambda_coef: the mixture weight ``beta`` in ``[0, 1]`` (0.5: symmetric JSD).
@@ -149,6 +151,11 @@ class JSDAdvantage(AdvantageFn):
         chunk_size: Optional[PosInt] = Field(
             None, description="Rows per JSD computation (memory bound); null: all at once."
         )
+        trinity_rft_estimate: bool = Field(
+            False,
+            description="Trinity-RFT 0.6's advantage: -kl_coef times the per-token JSD "
+            "estimate (compat.md; it does not learn in the learning matrix).",
+        )
 
     def __init__(
         self,
@@ -156,6 +163,7 @@ class JSDAdvantage(AdvantageFn):
         kl_coef: float = 1.0,
         temperature: float = 1.0,
         chunk_size: Optional[int] = None,
+        trinity_rft_estimate: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -171,6 +179,7 @@ class JSDAdvantage(AdvantageFn):
         self.kl_coef = float(kl_coef)
         self.temperature = float(temperature)
         self.chunk_size = chunk_size
+        self.trinity_rft_estimate = bool(trinity_rft_estimate)
 
     def __call__(  # type: ignore[override]
         self,
@@ -192,7 +201,13 @@ class JSDAdvantage(AdvantageFn):
                 for s, t in zip(student.split(rows), teacher.split(rows), strict=True)
             ]
             jsd = torch.where(mask, torch.cat([j for j, _ in parts]), zero)
-            advantages = torch.where(mask, self.kl_coef * torch.cat([a for _, a in parts]), zero)
+            if self.trinity_rft_estimate:  # 0.6's: minus its unweighted estimate (compat.md)
+                old = jsd_per_token_unweighted(student, teacher, self.lambda_coef)
+                advantages = torch.where(mask, -self.kl_coef * old, zero)
+            else:
+                advantages = torch.where(
+                    mask, self.kl_coef * torch.cat([a for _, a in parts]), zero
+                )
             jsd_mean, jsd_std = row_sum_stats(jsd, mask)
             adv_mean, _ = row_sum_stats(advantages, mask)
         _set(exps, advantages)

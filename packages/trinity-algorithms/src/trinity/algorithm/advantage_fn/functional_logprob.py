@@ -26,6 +26,7 @@ __all__ = [
     "distill_advantages",
     "jsd_advantages",
     "jsd_per_token",
+    "jsd_per_token_unweighted",
     "masked_population_std",
     "row_sum_stats",
 ]
@@ -106,6 +107,21 @@ def jsd_per_token(student_logprob: Tensor, teacher_logprob: Tensor, beta: float 
         return weight * (t - s)
     log_m = _log_mixture(s, t, beta)
     return beta * weight * (t - log_m) + (1.0 - beta) * (s - log_m)
+
+
+def jsd_per_token_unweighted(
+    student_logprob: Tensor, teacher_logprob: Tensor, beta: float = 0.5
+) -> Tensor:
+    """Trinity-RFT 0.6's per-token JSD estimate: :func:`jsd_per_token` without the teacher
+    term's importance weight, ``beta * (t - log m) + (1 - beta) * (s - log m)`` (``s - t``
+    and ``t - s`` at ``beta`` 0 and 1). Kept for ``jsd``'s ``trinity_rft_estimate``."""
+    s, t = student_logprob.to(teacher_logprob.dtype), teacher_logprob
+    if beta == 0.0:
+        return s - t
+    if beta == 1.0:
+        return t - s
+    log_m = _log_mixture(s, t, beta)
+    return beta * (t - log_m) + (1.0 - beta) * (s - log_m)
 
 
 def jsd_advantages(student_logprob: Tensor, teacher_logprob: Tensor, beta: float = 0.5) -> Tensor:
