@@ -27,7 +27,15 @@ from typing import Any
 from trinity.launcher.errors import LaunchInputError
 from trinity.utils.log import get_logger
 
-__all__ = ["DLC_ENV_VARS", "ClusterStatus", "dlc_env", "setup_ray_cluster", "stop_ray_cluster"]
+__all__ = [
+    "DLC_ENV_VARS",
+    "ClusterStatus",
+    "dlc_env",
+    "get_dlc_env_vars",
+    "is_running",
+    "setup_ray_cluster",
+    "stop_ray_cluster",
+]
 
 logger = get_logger(__name__)
 
@@ -63,6 +71,18 @@ def dlc_env() -> dict[str, str]:
     return {name: os.environ[name] for name in DLC_ENV_VARS}
 
 
+def get_dlc_env_vars() -> dict[str, Any]:
+    """Trinity-RFT's form of :func:`dlc_env`: ``RANK`` and ``WORLD_SIZE`` as ints; a missing
+    variable is a ``ValueError`` (:class:`LaunchInputError`) naming it."""
+    env: dict[str, Any] = dict(dlc_env())
+    for name in ("RANK", "WORLD_SIZE"):
+        try:
+            env[name] = int(env[name])
+        except ValueError:
+            raise LaunchInputError(f"--dlc: {name} must be an integer, got {env[name]!r}") from None
+    return env
+
+
 def _ray(*args: str) -> subprocess.CompletedProcess[str]:
     """The ``ray`` command of this environment."""
     local = os.path.join(os.path.dirname(sys.executable), "ray")
@@ -70,8 +90,12 @@ def _ray(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([exe, *args], capture_output=True, text=True, check=False)
 
 
-def _ray_running() -> bool:
+def is_running() -> bool:
+    """Whether ``ray status`` finds a Ray cluster to join from this node."""
     return _ray("status").returncode == 0
+
+
+_ray_running = is_running
 
 
 def _status_actor(namespace: str) -> Any:
