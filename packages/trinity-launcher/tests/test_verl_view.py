@@ -159,15 +159,24 @@ def test_a_schedule_in_verls_and_megatrons_names(tmp_path) -> None:
 
 
 def test_a_config_the_trainer_refuses_has_no_view(tmp_path) -> None:
-    # a cosine schedule needs the run's length: buffer.total_steps (trainer.total_steps is
-    # not what the trainer schedules by)
-    config = checked(
-        tmp_path,
-        algorithm={"optimizer": {"lr_scheduler_type": "cosine"}},
-        trainer={"total_steps": 1000},
-    )
+    # a cosine schedule needs the run's length: buffer.total_steps or trainer.total_steps
+    config = checked(tmp_path, algorithm={"optimizer": {"lr_scheduler_type": "cosine"}})
     with pytest.raises(ValueError, match="refuses this config.*total_training_steps=-1"):
         config.trainer.trainer_config.actor_rollout_ref  # noqa: B018
+
+
+def test_the_schedule_ends_where_training_does(tmp_path) -> None:
+    """The lr schedule's length is where the train loop stops: the smaller of
+    ``buffer.total_steps`` and ``trainer.total_steps`` (Trinity-RFT 0.6 takes the latter)."""
+    for buffer_steps, trainer_steps, length in ((None, 1000, 1000), (30, 1000, 30), (30, 12, 12)):
+        config = checked(
+            tmp_path,
+            algorithm={"optimizer": {"lr_scheduler_type": "cosine"}},
+            buffer={"total_steps": buffer_steps},
+            trainer={"total_steps": trainer_steps},
+        )
+        optim = config.trainer.trainer_config.actor_rollout_ref.actor.optim
+        assert optim.lr_decay_steps == length, (buffer_steps, trainer_steps)
 
 
 def test_gpu_counts_are_the_trainers_ranks(tmp_path, monkeypatch) -> None:
