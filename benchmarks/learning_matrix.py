@@ -15,9 +15,11 @@ the other (a fresh launcher process each, so one type's failure cannot poison th
   random student scored token by token by a teacher (the quickstart trained by GRPO, built
   once per run directory: :func:`build_teacher`), whose greedy accuracy must also end at 0.8 or
   more (:attr:`TypeSpec.greedy_min`);
-* ``sft`` and ``dpo`` in mode train on the offline sets of
+* ``sft``, ``cpt`` and ``dpo`` in mode train on the offline sets of
   ``examples/data/make_arithmetic_offline.py``. Metric, on every saved checkpoint: SFT the greedy
-  answer accuracy on the 11 held-out problems; DPO the share of the 11 held-out problems whose
+  answer accuracy on the 11 held-out problems; CPT the greedy continuation of the raw text
+  ``"3+4="`` (no chat template: it trains on plain text) on the 44 training problems, the
+  held-out ones shown beside; DPO the share of the 11 held-out problems whose
   right answer wins its preference pair against every wrong digit (DPO's implicit reward,
   policy vs the initial model; chance about 0.1);
 * the :data:`VARIANTS`: a type with a feature switched on (``grpo-token-tis``: the quickstart
@@ -99,8 +101,8 @@ class TypeSpec:
     """How one algorithm type is run in the matrix.
 
     ``kind``: ``rl`` (mode both on the quickstart's task), ``distill`` (the same, the student
-    a fresh random model scored by a trained teacher: :func:`build_teacher`), ``sft`` or
-    ``dpo`` (mode train on the offline sets). ``overrides`` are merged into the type's base
+    a fresh random model scored by a trained teacher: :func:`build_teacher`), ``sft``,
+    ``cpt`` or ``dpo`` (mode train on the offline sets). ``overrides`` are merged into the type's base
     config (nested dicts merge, anything else replaces; ``{model}`` / ``{teacher}`` in a string
     are the matrix's tiny model / the teacher's weights). ``save_every`` (offline kinds):
     checkpoint interval, one metric point per checkpoint. ``greedy_min``: the greedy accuracy
@@ -294,6 +296,16 @@ TYPES: dict[str, TypeSpec] = {
         "reinforced every sampled token, 0.03 -> 0.00 in 60 steps)",
     ),
     "sft": TypeSpec(80, 48, kind="sft", save_every=8, ci_save_every=4),
+    "cpt": TypeSpec(
+        80,
+        48,
+        kind="cpt",
+        save_every=4,
+        ci_save_every=4,
+        note="continued pre-training on the SFT set's training problems as raw text "
+        '(`{"text": "3+4=7\\n"}`, `format.prompt_type: plaintext`); metric: greedy '
+        'continuation of `"3+4="` without a chat template (held-out problems beside)',
+    ),
     "dpo": TypeSpec(80, 40, kind="dpo", save_every=2, ci_save_every=2),
 }
 
@@ -349,10 +361,7 @@ VARIANTS: dict[str, Variant] = {
 
 
 #: Registered types the matrix does not run, each with the reason.
-NOT_IN_MATRIX: dict[str, str] = {
-    "cpt": "refused at validation: continued pre-training reads raw-text rows (no chat "
-    "template, loss on every token) and there is no raw-text (cpt) data formatter yet",
-}
+NOT_IN_MATRIX: dict[str, str] = {}
 
 #: Types of :data:`TYPES` the reduced matrix of CI leaves out, each with the reason; the full
 #: matrix (``docs/learning.md``) runs them.
@@ -374,7 +383,7 @@ NOT_IN_CI: dict[str, str] = {
 #: also holds the variants (they run beside their base type's row). Together with
 #: :data:`NOT_IN_CI`: :data:`TYPES`.
 CI_SHARDS: dict[str, list[str]] = {
-    "test_learning_matrix.py": ["grpo", "multi_step_grpo", "sft", "dpo"],
+    "test_learning_matrix.py": ["grpo", "multi_step_grpo", "sft", "cpt", "dpo"],
     "test_learning_matrix_b.py": ["rloo", "opmd", "asymre", "topr", "cispo", "gspo"],
     "test_learning_matrix_c.py": ["reinforceplusplus", "sapo", "dapo", "raft", "ppo", "mix"],
 }
@@ -433,8 +442,19 @@ def rl_config(
 def offline_config(
     algorithm_type: str, steps: int, save_every: int, model: str, root: Path
 ) -> dict[str, Any]:
-    """Mode train on ``examples/data/arithmetic_{sft,dpo}`` (16 rows / pairs per step)."""
-    if algorithm_type == "sft":
+    """Mode train on ``examples/data/arithmetic_{sft,cpt,dpo}`` (16 rows / pairs per step)."""
+    max_response_tokens = 2
+    if algorithm_type == "cpt":
+        buffer: dict[str, Any] = {
+            "name": "arithmetic_cpt",
+            "storage_type": "file",
+            "path": str(DATA / "arithmetic_cpt"),
+            "split": "train",
+            "format": {"prompt_type": "plaintext", "prompt_key": "text"},
+        }
+        algorithm: dict[str, Any] = {"algorithm_type": "cpt", "optimizer": {"lr": 1e-3}}
+        max_response_tokens = 8  # the whole "a+b=c\n" after its first token
+    elif algorithm_type == "sft":
         buffer = {
             "name": "arithmetic_sft",
             "storage_type": "file",
@@ -442,7 +462,7 @@ def offline_config(
             "split": "train",
             "format": _SFT_FORMAT,
         }
-        algorithm: dict[str, Any] = {"algorithm_type": "sft", "optimizer": {"lr": 1e-3}}
+        algorithm = {"algorithm_type": "sft", "optimizer": {"lr": 1e-3}}
     else:
         buffer = {
             "name": "arithmetic_dpo",
@@ -464,7 +484,11 @@ def offline_config(
         "mode": "train",
         "checkpoint_root_dir": str(root),
         "algorithm": algorithm,
-        "model": {"model_path": model, "max_prompt_tokens": 16, "max_response_tokens": 2},
+        "model": {
+            "model_path": model,
+            "max_prompt_tokens": 16,
+            "max_response_tokens": max_response_tokens,
+        },
         "cluster": {"node_num": 1, "gpu_per_node": 0},
         "buffer": {
             "total_epochs": 1000,  # total_steps ends the run
@@ -502,9 +526,20 @@ def _prompt_ids(tokenizer: Any, question: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def sft_accuracy(model_dir: str, tokenizer: Any, rows: list[dict[str, Any]]) -> float:
+def _raw_prompt_ids(tokenizer: Any, question: str) -> list[int]:
+    """``question`` as plain text (``cpt`` trains without a chat template)."""
+    return tokenizer(question)["input_ids"]
+
+
+def sft_accuracy(
+    model_dir: str,
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    prompt_ids: Callable[[Any, str], list[int]] = _prompt_ids,
+) -> float:
     """Greedy answer accuracy on ``rows`` (``question`` / ``answer``): the first integer of the
-    2-token reply must be the answer (the quickstart's ``arithmetic_reward``)."""
+    2-token reply must be the answer (the quickstart's ``arithmetic_reward``). ``prompt_ids``:
+    the question's prompt (chat template; :func:`_raw_prompt_ids` for ``cpt``)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -514,7 +549,7 @@ def sft_accuracy(model_dir: str, tokenizer: Any, rows: list[dict[str, Any]]) -> 
     right = 0
     with torch.no_grad():
         for row in rows:
-            ids = _prompt_ids(tokenizer, row["question"])
+            ids = prompt_ids(tokenizer, row["question"])
             out = model.generate(
                 torch.tensor([ids]),
                 max_new_tokens=2,
@@ -578,9 +613,10 @@ def offline_curve(
     transformers.logging.disable_progress_bar()  # one "Loading weights" bar per checkpoint
     tokenizer = AutoTokenizer.from_pretrained(model)
     points = [(0, model)] + [(step, str(path)) for step, path in _checkpoints(run_dir)]
-    if kind == "sft":
+    if kind in ("sft", "cpt"):
         rows = _rows(DATA / "arithmetic_sft" / f"{split}.jsonl")
-        return [(step, sft_accuracy(path, tokenizer, rows)) for step, path in points]
+        ids = _raw_prompt_ids if kind == "cpt" else _prompt_ids
+        return [(step, sft_accuracy(path, tokenizer, rows, ids)) for step, path in points]
     rows = _rows(DATA / "arithmetic_dpo" / f"{split}.jsonl")
     ref_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
     reference = {}
@@ -742,6 +778,12 @@ def run_type(
     elif code == 0 and spec.kind == "sft":
         metric = "held-out accuracy"
         curve = offline_curve("sft", model, run_dir)
+    elif code == 0 and spec.kind == "cpt":
+        # the bar on the text it trained on (what a language-model objective learns); the
+        # held-out problems' shown beside
+        metric = "raw-text accuracy, training problems"
+        curve = offline_curve("cpt", model, run_dir, split="train")
+        extra = {"held-out problems": offline_curve("cpt", model, run_dir, split="test")}
     elif code == 0:
         # the bar on the training problems' preferences; the held-out problems' shown beside
         # (DPO does not generalise to them on this task, see docs/learning.md)

@@ -36,10 +36,13 @@ def ask(question: str, answer: str) -> tuple[str, float, int]:
 with ThreadPoolExecutor(8) as pool:
     for group in range(args.requests // 8):
         row = random.choice(rows)
-        answers = list(pool.map(lambda _: ask(row["question"], row["answer"]), range(8)))
+        answers = list(pool.map(lambda _, row=row: ask(row["question"], row["answer"]), range(8)))
         for msg_id, reward, _ in answers:
-            requests.post(f"{args.url}/feedback", json={"msg_ids": [msg_id], "reward": reward,
-                                                        "task_id": f"q{group}"}, timeout=30)
+            requests.post(
+                f"{args.url}/feedback",
+                json={"msg_ids": [msg_id], "reward": reward, "task_id": f"q{group}"},
+                timeout=30,
+            )
         requests.post(f"{args.url}/commit", timeout=60)
         mean = sum(a[1] for a in answers) / 8
         print(f"group {group}: {row['question']} reward {mean:.2f} (version {answers[-1][2]})")

@@ -13,6 +13,11 @@ words), so a randomly initialised 2-layer model can learn them on a CPU in a few
   problems whose chosen answer wins *every* one of its pairs, a pair won when its implicit
   reward ``log pi(chosen)/pi_ref(chosen) - log pi(rejected)/pi_ref(rejected)`` is positive
   (chance: about 0.1; a single pair's chance is 0.5, too close to the bar to show learning).
+* ``arithmetic_cpt/{train,test}.jsonl`` — the same split as raw text for ``cpt`` (continued
+  pre-training, no chat template): ``{"text": "3+4=7\n"}``, the newline ending the problem
+  (the tiny vocabulary has no other separator) so a greedy continuation of ``"3+4="`` stops
+  after the answer. CPT's metric is the greedy raw-text continuation's accuracy on the held-out
+  problems.
 * ``arithmetic_multi_turn/train.jsonl`` — the quickstart's 25 problems (a+b, a and b in 0..4)
   as two-turn conversations for ``multi_step_grpo``: ``{"questions": ["2+4=", "1+3="],
   "answers": ["6", "4"]}``, the second question another of the 25
@@ -54,8 +59,11 @@ def write(out_dir: Path = HERE) -> list[Path]:
     for split, pairs in (("train", train), ("test", test)):
         sft = out_dir / "arithmetic_sft" / f"{split}.jsonl"
         dpo = out_dir / "arithmetic_dpo" / f"{split}.jsonl"
-        sft.parent.mkdir(parents=True, exist_ok=True)
-        dpo.parent.mkdir(parents=True, exist_ok=True)
+        cpt = out_dir / "arithmetic_cpt" / f"{split}.jsonl"
+        for path in (sft, dpo, cpt):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with cpt.open("w", encoding="utf-8") as fc:
+            fc.writelines(json.dumps({"text": f"{a}+{b}={a + b}\n"}) + "\n" for a, b in pairs)
         dpo_rows = []
         with sft.open("w", encoding="utf-8") as fs:
             for a, b in pairs:
@@ -74,7 +82,7 @@ def write(out_dir: Path = HERE) -> list[Path]:
         random.Random(SEED + 1).shuffle(dpo_rows)
         with dpo.open("w", encoding="utf-8") as fd:
             fd.writelines(json.dumps(row) + "\n" for row in dpo_rows)
-        written += [sft, dpo]
+        written += [sft, dpo, cpt]
     quick = [(a, b) for a in range(5) for b in range(5)]
     rng = random.Random(SEED + 2)
     multi = out_dir / "arithmetic_multi_turn" / "train.jsonl"

@@ -291,13 +291,6 @@ DOCUMENTED_DIFFERENCES: dict[str, tuple[str, type[BaseException]]] = {
         )
         for i in ("0_sft", "1_dpo")
     },
-    "buffer/experience_storage_test.py::ExperienceStorageTest::test_sql_experience_buffer": (
-        _why(
-            "A SQL storage reads each row once, in write order; replay_buffer (newest first,",
-            "rows read again) applies to queues here (D10).",
-        ),
-        AssertionError,
-    ),
     "buffer/file_test.py::TestFileBuffer::test_file_writer": (
         _why(
             "A file storage here holds experiences (it refuses the test's plain dicts), and is",
@@ -313,13 +306,6 @@ DOCUMENTED_DIFFERENCES: dict[str, tuple[str, type[BaseException]]] = {
         for i in ("0_queue", "1_priority_queue")
     },
     # --- explorer/workflow_test.py
-    "explorer/workflow_test.py::WorkflowTest::test_math_eval_workflow": (
-        _why(
-            "math_eval_workflow sets each answer's reward to its accuracy; Trinity-RFT leaves",
-            "the reward 0 and reports accuracy in metrics only (Names table).",
-        ),
-        AssertionError,
-    ),
     "explorer/workflow_test.py::TestWorkflowStateRecording::test_workflow_state_recording": (
         _UPSTREAM_06 + "ModelWrapper(engine) with no config, where 0.6's ModelWrapper(model, "
         "models, config, api_address) raises 'Model config must be provided.' without one. "
@@ -340,7 +326,7 @@ DOCUMENTED_DIFFERENCES: dict[str, tuple[str, type[BaseException]]] = {
 }
 
 #: documented differences run as subtests, some of which pass (a strict mark would fail those)
-NON_STRICT = {"explorer/workflow_test.py::WorkflowTest::test_math_eval_workflow"}
+NON_STRICT: set[str] = set()
 
 #: test node id suffix -> reason it cannot run here (GPU, model hub, cluster).
 OUT_OF_SCOPE: dict[str, str] = {

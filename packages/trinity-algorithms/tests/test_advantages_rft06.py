@@ -583,7 +583,10 @@ def test_jsd_trinity_rft_estimate_restores_0_6_advantages():
         m = 0.3 * math.exp(t) + 0.7 * math.exp(s)
         return 0.3 * (t - math.log(m)) + 0.7 * (s - math.log(m))
 
-    want = [-0.7 * estimate_06(s, t) for s, t in zip(student[0].tolist(), teacher[0].tolist(), strict=True)]
+    want = [
+        -0.7 * estimate_06(s, t)
+        for s, t in zip(student[0].tolist(), teacher[0].tolist(), strict=True)
+    ]
     assert old.advantages[0].tolist() == pytest.approx(want, rel=1e-5)
     assert all(a >= 0 for a in want)  # never a push away from a token (why it does not learn)
     ours, _ = JSDAdvantage(lambda_coef=0.3, kl_coef=0.7)(batch, teacher_logprobs=teacher)

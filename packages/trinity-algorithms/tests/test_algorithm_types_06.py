@@ -198,15 +198,23 @@ def _config(algorithm_type: str, mode: str = "both", workflow: str = "math_workf
     )
 
 
-@pytest.mark.parametrize("mode", ["train", "both"])
-def test_cpt_is_refused_as_not_supported_yet(mode: str) -> None:
-    """No raw-text ('cpt') formatter exists; training it as SFT would fit another objective."""
+def test_cpt_trains_on_raw_text_in_mode_train_only() -> None:
+    """``cpt`` is SFT on plain text: mode train, ``format.prompt_type: plaintext``; other
+    modes and chat-message rows are refused naming the field."""
+    cpt = ALGORITHM_TYPE.get("cpt")
+    with pytest.raises(ValueError, match=r"'cpt' trains on a fixed data set.*mode 'both'"):
+        cpt.check_config(_config("cpt", "both"))
+    config = _config("cpt", "train")
     with pytest.raises(ValueError) as info:
-        ALGORITHM_TYPE.get("cpt").check_config(_config("cpt", mode))
+        cpt.check_config(config)
     message = str(info.value)
-    assert message.startswith("algorithm.algorithm_type ")
-    assert "'cpt' is a Trinity-RFT 0.6 algorithm type that is not supported yet" in message
-    assert "no 'cpt' data formatter" in message and "'sft'" in message
+    assert message.startswith("buffer.trainer_input.experience_buffer.format.prompt_type:")
+    assert "'messages'" in message and "allowed: 'plaintext'" in message
+    config = _config("cpt", "train")
+    config.buffer.trainer_input.experience_buffer.format.prompt_type = "plaintext"
+    warnings = cpt.check_config(config)
+    assert config.synchronizer.sync_method == "checkpoint"
+    assert all("cpt" in w for w in warnings)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""SFT / DPO formatters with a tokenizer built locally (no model hub)."""
+"""SFT / DPO / CPT formatters with a tokenizer built locally (no model hub)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from transformers import PreTrainedTokenizerFast
 
 from trinity.buffer.formatter import (
     FORMATTERS,
+    CPTFormatter,
     DPOFormatter,
     FormatError,
     SFTFormatter,
@@ -81,6 +82,34 @@ TWO_TURNS = [
 def test_registry():
     assert FORMATTERS.get("sft") is SFTFormatter
     assert FORMATTERS.get("dpo") is DPOFormatter
+
+
+def test_cpt_tokenizes_raw_text_and_trains_on_every_token_after_the_first(tokenizer):
+    """Trinity-RFT 0.6's ``cpt``: the text as the tokenizer encodes it (no chat template),
+    ``prompt_length`` 1, so the response (the trained part) is every later token."""
+    assert FORMATTERS.get("cpt") is CPTFormatter
+    text = "What is two plus two? It is four."
+    fmt = get_formatter("cpt", tokenizer, FormatConfig(prompt_type="plaintext", prompt_key="text"))
+    exp = fmt.format({"text": text})
+    ids = tokenizer(text)["input_ids"]
+    assert exp.tokens.tolist() == ids and len(ids) > 2
+    assert exp.prompt_length == 1 and exp.response_length == len(ids) - 1
+    assert "<|im_start|>" not in _decode(tokenizer, exp.tokens)
+    assert _decode(tokenizer, exp.tokens) == text
+    batch = collate_experiences([exp, fmt.format({"text": "Twelve."})])
+    assert batch.tokens.shape[0] == 2
+
+
+def test_cpt_errors_name_the_problem(tokenizer):
+    with pytest.raises(FormatError, match=r"prompt_type must be 'plaintext', got 'messages'"):
+        CPTFormatter(tokenizer, FormatConfig(prompt_type="messages"))
+    fmt = CPTFormatter(tokenizer, FormatConfig(prompt_type="plaintext", prompt_key="text"))
+    with pytest.raises(FormatError, match=r"no value for 'text' \(format.prompt_key\)"):
+        fmt.format({"prompt": "x"})
+    with pytest.raises(FormatError, match=r"string 'text'.*got list"):
+        fmt.format({"text": ["a"]})
+    with pytest.raises(FormatError, match=r"tokenizes to 1 token\(s\).*at least 2"):
+        fmt.format({"text": "a"})
 
 
 def test_sft_multi_turn_mask_is_exactly_the_assistant_tokens(tokenizer):

@@ -167,6 +167,24 @@ def test_wrap_in_ray_false_opens_the_database_in_this_process(tmp_path):
     assert kill_sql_actor(cfg)
 
 
+def test_replay_reads_run_through_the_actor(tmp_path):
+    """``replay_buffer.enable``: the actor selects the least-read rows and counts the read
+    (test_storage_sql_replay.py covers the order in one process)."""
+    cfg = exp_config("ray-replay", tmp_path, replay_buffer={"enable": True})
+    writer = get_buffer_writer(cfg)
+    writer.write([make_exp(i) for i in range(3)])
+    reader = get_buffer_reader(cfg)
+    assert isinstance(reader.storage, SQLActorStorage)
+    assert [e.info["i"] for e in reader.read()] == [2, 1]
+    assert [e.info["i"] for e in reader.read()] == [0, 2]
+    with sqlite3.connect(tmp_path / "exps.db") as conn:
+        counts = dict(conn.execute("SELECT id, consumed FROM ray_replay").fetchall())
+    assert counts == {1: 1, 2: 1, 3: 2}
+    writer.release()
+    reader.close()
+    assert kill_sql_actor(cfg)
+
+
 def test_a_killed_actor_is_an_error_naming_the_storage_not_a_hang(tmp_path):
     cfg = exp_config("ray-dead", tmp_path)
     writer = get_buffer_writer(cfg)

@@ -668,4 +668,3 @@ def test_training_stops_at_the_smaller_of_buffer_and_trainer_total_steps(
     assert RunSettings.from_config(config).total_steps == limit
     if buffer_steps is not None or trainer_steps is not None:
         assert _total_steps(config, "grpo") == limit
-

@@ -161,7 +161,9 @@ def _explore_then_bench(tmp_path, config_text, config_path, plugins, env):
     exps = [exp for batch in reader for exp in batch]
     assert len(exps) == 2 * 4 * 4  # steps x batch_size x repeat_times
     assert sorted({(e.eid.batch, e.eid.task) for e in exps}) == [
-        (b, t) for b in (1, 2) for t in range(4)
+        (b, str(t))
+        for b in (1, 2)
+        for t in range(4)  # SQL gives the task id as text (0.6)
     ]
     assert len({e.eid.uid for e in exps}) == len(exps)
     for exp in exps:

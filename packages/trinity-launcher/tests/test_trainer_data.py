@@ -74,3 +74,43 @@ def test_an_auxiliary_data_set_is_read_for_its_epochs(tmp_path, model_path, own_
         assert len(batch) == 64 and all(int(e.action_mask.sum()) > 0 for e in batch)
         seen += len(batch)
     assert seen == (epochs * rows) // 64 * 64
+
+
+def test_a_cpt_data_set_is_raw_text_trained_after_its_first_token(tmp_path, model_path):
+    """``cpt`` (mode train): the experience buffer's rows are plain text, tokenized without
+    the chat template; the loss covers every token after the first, and the trainer's step
+    count comes from the rows."""
+    from transformers import AutoTokenizer
+
+    from trinity.common.config import load_config
+    from trinity.launcher.trainer.build import _total_steps
+    from trinity.launcher.trainer.data import DatasetExperienceReader, build_trainer_readers
+
+    config = load_config(
+        {
+            "mode": "train",
+            "checkpoint_root_dir": str(tmp_path / "ckpt"),
+            "model": {"model_path": model_path, "max_model_len": 64},
+            "algorithm": {"algorithm_type": "cpt"},
+            "buffer": {
+                "train_batch_size": 8,
+                "total_epochs": 1,
+                "trainer_input": {
+                    "experience_buffer": {
+                        "storage_type": "file",
+                        "path": str(REPO / "examples" / "data" / "arithmetic_cpt"),
+                        "split": "train",
+                        "format": {"prompt_type": "plaintext", "prompt_key": "text"},
+                    }
+                },
+            },
+        },
+        check=True,
+    )
+    reader = build_trainer_readers(config, "cpt", model_path)["experience_buffer"]
+    assert isinstance(reader, DatasetExperienceReader) and len(reader) == 44
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    exp = reader.read(8)[0]
+    assert tokenizer.decode(exp.tokens) == "0+0=0\n"  # no chat template around it
+    assert exp.prompt_length == 1 and int(exp.action_mask.sum()) == len(exp.tokens) - 1
+    assert _total_steps(config, "cpt") == 44 // 8

@@ -49,13 +49,14 @@ def test_an_unknown_workflow_keeps_its_did_you_mean(tmp_path: Path, model_path: 
     assert "not supported" not in issue.message and "'math_workflow'" in issue.message
 
 
-def test_a_trinity_rft_algorithm_not_shipped_is_not_supported_yet(
-    tmp_path: Path, model_path: str
-) -> None:
+def test_cpt_outside_mode_train_is_refused_naming_the_mode(tmp_path: Path, model_path: str) -> None:
     data = _config(tmp_path, model_path, default_workflow_type="math_workflow")
-    data["algorithm"] = {"algorithm_type": "cpt"}  # registered, refused by its check_config
+    data["algorithm"] = {"algorithm_type": "cpt"}  # continued pre-training: a data set of text
+    data["buffer"]["train_batch_size"] = 4
     issue = next(i for i in _issues(data) if i.path == "algorithm.algorithm_type")
-    assert "'cpt' is a Trinity-RFT 0.6 algorithm type that is not supported yet" in issue.message
+    assert (
+        "'cpt' trains on a fixed data set" in issue.message and "use mode 'train'" in issue.message
+    )
 
 
 def test_the_tool_call_workflow_by_its_earlier_name(tmp_path: Path, model_path: str) -> None:

@@ -25,15 +25,16 @@ def _task(row, repeat_times=1, workflow="math_eval_workflow", **kwargs):
     return Task(workflow=workflow, raw_task=row, repeat_times=repeat_times, **kwargs)
 
 
-def test_asks_with_the_eval_prompt_and_scores_accuracy_as_the_reward():
+def test_asks_with_the_eval_prompt_and_scores_accuracy():
     model = FakeModelWrapper(
         ["Half of it: \\boxed{\\frac{1}{2}}", "So the final answer is 0.5.", "It is 2", ""]
     )
     task = _task({"question": "Half of 1?", "answer": "\\frac{1}{2}"}, repeat_times=4)
     task.rollout_args = GenerationConfig(temperature=1.0, top_p=1.0, max_tokens=64)
     exps = run_task(task, model)
-    # boxed 1/2, "answer is 0.5" (= 1/2), the last number 2 (wrong), nothing (wrong)
-    assert [e.reward for e in exps] == [1.0, 1.0, 0.0, 0.0]
+    # boxed 1/2, "answer is 0.5" (= 1/2), the last number 2 (wrong), nothing (wrong); the
+    # reward stays 0.0 as in Trinity-RFT 0.6 (accuracy is the evaluation's measure)
+    assert [e.reward for e in exps] == [0.0, 0.0, 0.0, 0.0]
     assert [e.metrics for e in exps] == [
         {"accuracy": 1.0, "reward_error": 0.0},
         {"accuracy": 1.0, "reward_error": 0.0},
@@ -63,7 +64,7 @@ def test_sampling_settings_and_system_prompt_come_from_workflow_args():
         {"question": "2+2?", "answer": "4"},
         workflow_args={"temperature": 0, "top_p": 1.0, "system_prompt": "Be brief."},
     )
-    assert run_task(task, model)[0].reward == 1.0
+    assert run_task(task, model)[0].metrics["accuracy"] == 1.0
     (call,) = model.calls_of("chat")
     assert call.kwargs["temperature"] == 0.0 and call.kwargs["top_p"] == 1.0
     assert call.messages[0] == {"role": "system", "content": "Be brief."}
@@ -73,7 +74,7 @@ def test_reads_the_question_column_when_the_prompt_key_is_absent():
     """Trinity-RFT's workflow reads ``question`` whatever format.prompt_key says."""
     model = FakeModelWrapper(["\\boxed{4}"])
     task = _task({"question": "2+2?", "response": "4"}, format_args=FormatConfig())
-    assert run_task(task, model)[0].reward == 1.0
+    assert run_task(task, model)[0].metrics["accuracy"] == 1.0
     assert model.calls[0].messages[1]["content"].startswith("2+2?\n")
 
 
@@ -81,7 +82,15 @@ def test_the_tasks_reward_function_is_not_used():
     model = FakeModelWrapper(["<think>x</think><answer>4</answer> so \\boxed{4}"])
     task = _task({"question": "2+2?", "answer": "4"}, reward_fn="math_reward")
     exp = run_task(task, model)[0]
-    assert exp.reward == 1.0 and set(exp.metrics) == {"accuracy", "reward_error"}
+    assert exp.metrics["accuracy"] == 1.0 and set(exp.metrics) == {"accuracy", "reward_error"}
+
+
+def test_reward_is_accuracy_sets_the_reward_to_the_accuracy():
+    model = FakeModelWrapper(["\\boxed{4}", "\\boxed{5}"])
+    task = _task({"question": "2+2?", "answer": "4"}, 2, workflow_args={"reward_is_accuracy": True})
+    exps = run_task(task, model)
+    assert [e.reward for e in exps] == [1.0, 0.0]
+    assert [e.metrics["accuracy"] for e in exps] == [1.0, 0.0]
 
 
 @pytest.mark.parametrize(
@@ -141,4 +150,5 @@ def test_async_twin_and_trinity_rft_names():
         _task({"question": "2+2?", "answer": "4"}, 2, "async_math_eval_workflow"),
         FakeModelWrapper(["\\boxed{4}", "\\boxed{5}"]),
     )
-    assert [e.reward for e in exps] == [1.0, 0.0]
+    assert [e.metrics["accuracy"] for e in exps] == [1.0, 0.0]
+    assert [e.reward for e in exps] == [0.0, 0.0]

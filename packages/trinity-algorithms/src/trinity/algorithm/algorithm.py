@@ -27,9 +27,7 @@ always had (``ALGORITHM_TYPE``, ``AlgorithmType`` ...) are re-exported here.
 The 24 built-in types are Trinity-RFT 0.6's: ``sft``, ``cpt``, ``ppo``, ``grpo``, ``dapo``,
 ``reinforceplusplus``, ``rloo``, ``opmd``, ``asymre``, ``dpo``, ``topr``, ``cispo``, ``gspo``,
 ``sapo``, ``mix``, ``mix_chord``, ``raft``, ``sppo``, ``rec``, ``multi_step_grpo``, ``gigpo``,
-``on_policy_distill``, ``jsd`` and ``grpo_verl``. ``cpt`` is registered so that its configs get a
-clear refusal: it needs a raw-text data formatter this release does not have (see
-:class:`CPTAlgorithm`).
+``on_policy_distill``, ``jsd`` and ``grpo_verl``.
 
 Defaults follow Trinity-RFT's ``trinity/algorithm/algorithm.py`` so configs written for it
 resolve to the same recipe. Deliberate differences: ``dapo`` also carries the DAPO paper's
@@ -357,26 +355,27 @@ class MultiStepGRPOAlgorithm(DeclarativeAlgorithmType):
 
 @ALGORITHM_TYPE.register_module("cpt")
 class CPTAlgorithm(SFTAlgorithm):
-    """Continued pre-training: the SFT loss on every token of raw text (train mode only).
+    """Continued pre-training: the language-model loss on every token of raw text (train mode).
 
-    Registered for Trinity-RFT 0.6 configs, and refused by :meth:`check_config`: its ``cpt``
-    schema reads plain-text rows tokenized *without* a chat template and trains on every token
-    after the first, and this release has no such formatter (``trinity.buffer.formatter`` knows
-    ``sft`` and ``dpo``, which render chat messages and train on the reply only). Training it as
-    ``sft`` would silently fit a different objective, so the config is refused instead.
+    Trinity-RFT 0.6's ``cpt``: SFT's loss and checks, with the ``cpt`` schema, whose formatter
+    (``trinity.buffer.formatter.CPTFormatter``) tokenizes ``format.prompt_key`` as plain text
+    without a chat template and trains on every token after the first. Its rows are plain
+    text, so ``format.prompt_type`` must be ``plaintext`` (0.6 fails at the first row).
     """
 
     schema = "cpt"
 
     @classmethod
     def check_config(cls, config: Config) -> list[str]:
-        raise ValueError(
-            "algorithm.algorithm_type 'cpt' is a Trinity-RFT 0.6 algorithm type that is not "
-            "supported yet in this release: continued pre-training reads raw text rows "
-            "(format.prompt_key, no chat template, loss on every token), and there is no 'cpt' "
-            "data formatter here (only 'sft' and 'dpo', which train on chat replies). For chat "
-            "data use algorithm_type 'sft'"
-        )
+        warnings = _train_only_checks(cls, config)
+        exp = config.buffer.trainer_input.experience_buffer
+        if exp is not None and exp.format.prompt_type != "plaintext":
+            raise ValueError(
+                "buffer.trainer_input.experience_buffer.format.prompt_type: algorithm_type "
+                f"'cpt' trains on raw text rows (format.prompt_key), got "
+                f"{exp.format.prompt_type!r}; allowed: 'plaintext'"
+            )
+        return warnings
 
 
 @ALGORITHM_TYPE.register_module("mix_chord")

@@ -13,6 +13,9 @@ the same layout as an experience produced by the explorer:
 * :class:`DPOFormatter` — prompt plus ``chosen`` / ``rejected`` responses -> a ``"dpo"``
   experience laid out as core expects: ``tokens`` = the prompt (with the generation prompt),
   ``chosen`` / ``rejected`` = the response tokens that follow it.
+* :class:`CPTFormatter` — continued pre-training (``cpt``): the raw text of
+  ``row[prompt_key]`` tokenized as it is, *without* a chat template, every token after the
+  first trained on (``prompt_length`` 1), as Trinity-RFT 0.6's ``cpt`` schema does.
 
 Both take any tokenizer with Hugging Face's ``apply_chat_template`` (or a path to load one).
 Assistant tokens are located by the incremental-prefix method; a chat template that rewrites
@@ -39,6 +42,7 @@ __all__ = [
     "ExperienceFormatter",
     "SFTFormatter",
     "DPOFormatter",
+    "CPTFormatter",
     "TaskFormatter",
     "FormatError",
     "get_formatter",
@@ -330,6 +334,47 @@ class DPOFormatter(ExperienceFormatter):
         )
 
 
+@FORMATTERS.register_module("cpt")
+class CPTFormatter(ExperienceFormatter):
+    """Raw text rows -> experiences for continued pre-training (Trinity-RFT 0.6's ``cpt``).
+
+    ``prompt_type: plaintext`` only: ``row[prompt_key]`` (a string) is tokenized by the
+    tokenizer itself (its special tokens, e.g. a BOS, as it adds them; no chat template, no
+    end-of-turn), and the language-model loss covers every token after the first: the
+    experience's ``prompt_length`` is 1, as in 0.6. A text of fewer than two tokens has
+    nothing to train on and is refused.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        format_config: Optional[FormatConfig] = None,
+        *,
+        tokenizer_path: Optional[str] = None,
+    ) -> None:
+        super().__init__(tokenizer, format_config, tokenizer_path=tokenizer_path)
+        if self.config.prompt_type != "plaintext":
+            raise FormatError(
+                f"the cpt formatter reads raw text: format.prompt_type must be 'plaintext', "
+                f"got {self.config.prompt_type!r}"
+            )
+
+    def format(self, sample: dict[str, Any]) -> Experience:
+        key = self.config.prompt_key
+        text = _get(sample, key, "prompt_key")
+        if not isinstance(text, str):
+            raise FormatError(
+                f"cpt rows need a string {key!r} (format.prompt_key), got {type(text).__name__}"
+            )
+        tokens = _as_ids(self.tokenizer(text)["input_ids"])
+        if len(tokens) < 2:
+            raise FormatError(
+                f"row[{key!r}] tokenizes to {len(tokens)} token(s); continued pre-training "
+                "trains on every token after the first, so a text needs at least 2"
+            )
+        return Experience(tokens=tokens, prompt_length=1)
+
+
 @FORMATTERS.register_module("task")
 class TaskFormatter:
     """Task set rows -> :class:`~trinity.common.workflows.Task` (Trinity-RFT's ``"task"``
@@ -360,5 +405,5 @@ class TaskFormatter:
 def get_formatter(
     schema_type: str, tokenizer: Any, format_config: Optional[FormatConfig] = None
 ) -> ExperienceFormatter:
-    """The formatter registered as ``schema_type`` (``"sft"`` / ``"dpo"``)."""
+    """The formatter registered as ``schema_type`` (``"sft"`` / ``"dpo"`` / ``"cpt"``)."""
     return FORMATTERS[schema_type](tokenizer, format_config)

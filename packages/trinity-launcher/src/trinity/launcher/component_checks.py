@@ -34,7 +34,7 @@ TRINITY_RFT_WORKFLOWS_NOT_SHIPPED = frozenset(
 )
 
 #: Algorithm types Trinity-RFT 0.6 registers that this release does not ship (names only).
-#: Empty: all 24 are registered (``cpt`` refuses its configs in its own ``check_config``).
+#: Empty: all 24 are registered.
 TRINITY_RFT_ALGORITHMS_NOT_SHIPPED: frozenset[str] = frozenset()
 
 

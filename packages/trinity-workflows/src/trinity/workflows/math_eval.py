@@ -7,8 +7,9 @@ evaluation uses (the final answer in ``\\boxed{}``), samples with that evaluatio
 :func:`~trinity.workflows.rewards.eval_utils.verify_math_answer`: the final answer (last
 ``\\boxed{}``, else the text after "the answer is", else the last number) is compared with the
 reference by string normalisation, numerically, then with math-verify. The score is the
-``accuracy`` metric, 1.0 or 0.0, and also the Experience's reward, so an evaluation's
-``reward`` and ``accuracy`` agree.
+``accuracy`` metric, 1.0 or 0.0; the Experience's reward stays 0.0 as in Trinity-RFT 0.6 (an
+evaluation reports ``accuracy``), unless ``workflow_args.reward_is_accuracy`` sets it to the
+accuracy too (so ``reward`` and ``accuracy`` agree, e.g. to train on this workflow).
 
 The task's reward function is not used (Trinity-RFT's workflow ignores it too): an evaluation
 reports one fixed measure whatever the training reward is, so the numbers stay comparable
@@ -85,7 +86,8 @@ class MathEvalWorkflow(SimpleWorkflow):
     ``top_p`` from ``workflow_args`` (Qwen2.5-Math's 0.6 and 0.8 by default; Trinity-RFT
     fixes them); ``repeat_times`` answers in one call.
 
-    Experience: ``reward`` = ``accuracy`` metric = 1.0 for a correct final answer, else 0.0.
+    Experience: ``accuracy`` metric = 1.0 for a correct final answer, else 0.0; ``reward`` 0.0
+    (Trinity-RFT 0.6's), or the accuracy with ``workflow_args.reward_is_accuracy``.
     """
 
     class Args(SingleTurnArgs):
@@ -96,6 +98,11 @@ class MathEvalWorkflow(SimpleWorkflow):
         )
         top_p: Annotated[float, Field(gt=0.0, le=1.0)] = Field(
             0.8, description="Nucleus sampling mass (Qwen2.5-Math's evaluation uses 0.8)."
+        )
+        reward_is_accuracy: bool = Field(
+            False,
+            description="Set each Experience's reward to its accuracy (Trinity-RFT 0.6 leaves "
+            "it 0.0 and reports accuracy in metrics only).",
         )
 
     requires_truth = True
@@ -129,7 +136,11 @@ class MathEvalWorkflow(SimpleWorkflow):
         kwargs = generation_kwargs(self.rollout_args, n=self.repeat_times)
         kwargs.update(temperature=self.args.temperature, top_p=self.args.top_p)
         responses = await call_model(self.model, "chat", self.format_messages(), **kwargs)
-        return await self.score_all(responses)
+        experiences = await self.score_all(responses)
+        if not self.args.reward_is_accuracy:
+            for exp in experiences:
+                exp.reward = 0.0
+        return experiences
 
 
 @WORKFLOWS.register_module("async_math_eval_workflow")

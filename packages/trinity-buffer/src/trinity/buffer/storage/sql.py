@@ -129,6 +129,20 @@ class SQLWriter(BufferWriter):
         return 0
 
 
+def _experiences(rows: Sequence[tuple[int, bytes]]) -> list[Any]:
+    """The experiences of ``(id, bytes)`` rows. ``eid.task`` comes back as a string, as
+    Trinity-RFT 0.6's SQL storage returns it (its table keeps the task id as text); ``uid``,
+    ``sid`` and grouping are unchanged by it."""
+    from trinity.common.experience import Experience
+
+    out = []
+    for _, data in rows:
+        exp = Experience.deserialize(data)
+        exp.eid.task = str(exp.eid.task)
+        out.append(exp)
+    return out
+
+
 def _reader_kind(storage_config: Any) -> str:
     """What a reader of a table that does not exist yet should expect: task rows for a task
     set (a workflow to run them, no experience schema), else experiences."""
@@ -141,6 +155,13 @@ def _reader_kind(storage_config: Any) -> str:
 
 class SQLReader(OfflineReader):
     """Reads a SQL table in insertion order; position = last id read (checkpointable).
+
+    With ``replay_buffer.enable`` a reader of experiences reads as Trinity-RFT 0.6's SQL
+    storage does: each read takes the ``batch_size`` rows read least often, newest first among
+    equals, and counts the read in the table (its ``consumed`` column), so rows come back
+    once every row has been read as often; a table holding fewer than ``batch_size`` rows
+    ends the read (or waits for a live writer). The counts live in the database, so they
+    survive a restart and are shared by every reader of the table.
 
     A table of experiences gives Experience batches. A table of task rows gives
     :class:`~trinity.common.workflows.Task` batches built from the storage's task set settings
@@ -156,7 +177,15 @@ class SQLReader(OfflineReader):
             storage_config, use_ray, default_kind=_reader_kind(storage_config)
         )
         super().__init__(storage_config)
+        replay = getattr(storage_config, "replay_buffer", None)
+        self.replay = bool(getattr(replay, "enable", False))
         if self.storage.kind == TASK_ROWS:
+            if self.replay:
+                raise StorageConfigError(
+                    f"storage {self.name!r}: replay_buffer.enable reads experiences again; "
+                    f"table {self.storage.table_name!r} holds task rows (allowed: "
+                    "replay_buffer.enable: false for a task set)"
+                )
             # a task set's saved read position (``index``), as a file task set honours it
             self.position = int(getattr(storage_config, "index", 0) or 0)
 
@@ -172,11 +201,11 @@ class SQLReader(OfflineReader):
 
             items = [row_to_task(row, row_id - 1, self.config) for row_id, row in rows]
             return items, rows[-1][0]
-        from trinity.common.experience import Experience
-
-        return [Experience.deserialize(data) for _, data in rows], rows[-1][0]
+        return _experiences(rows), rows[-1][0]
 
     def _read(self, batch_size: int) -> list[Any]:
+        if self.replay and self.storage.kind != TASK_ROWS:
+            return self._read_replay(batch_size)
         try:
             items = super()._read(batch_size)
         except EndOfStream:
@@ -193,6 +222,21 @@ class SQLReader(OfflineReader):
             self.close()
             raise EndOfStream
         return items
+
+    def _read_replay(self, batch_size: int) -> list[Any]:
+        """One replay batch (see the class docstring); waits for more rows only while a
+        writer marks the table live, up to ``max_read_timeout`` seconds."""
+        timeout = float(getattr(self.config, "max_read_timeout", 1800) or 1800)
+        start = time.monotonic()
+        while True:
+            rows = self.storage.select_least_read(batch_size)
+            if rows:
+                self.consumed += len(rows)
+                return _experiences(rows)
+            if time.monotonic() - start > timeout or not self.storage.live_writers(timeout):
+                self.close()
+                raise EndOfStream
+            time.sleep(0.5)
 
     def _wait_for_live_writer(self, missing: int) -> list[Any]:
         """While another process marks this table as being written (a

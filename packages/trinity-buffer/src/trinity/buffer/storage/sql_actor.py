@@ -75,6 +75,7 @@ _OPS: dict[str, Callable[..., Any]] = {
         for name in (
             "insert_rows",
             "select_after",
+            "select_least_read",
             "last_id",
             "delete_after",
             "count",
@@ -267,6 +268,9 @@ class SQLActorStorage:
 
     def select_after(self, last_id: int, limit: Optional[int]) -> list[tuple[int, Any]]:
         return self._op("select_after", last_id, limit)
+
+    def select_least_read(self, limit: int) -> list[tuple[int, Any]]:
+        return self._op("select_least_read", limit)
 
     def last_id(self) -> int:
         return self._op("last_id")

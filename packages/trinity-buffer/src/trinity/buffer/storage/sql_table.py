@@ -25,6 +25,8 @@ from sqlalchemy import (
     insert,
     inspect,
     select,
+    text,
+    update,
 )
 from sqlalchemy.exc import OperationalError
 
@@ -67,6 +69,8 @@ def _table(metadata: MetaData, name: str, kind: str) -> Table:
             Column("eid", String(255)),
             Column("model_version", Integer, nullable=True),
             Column("reward", Float, nullable=True),
+            # how often a replay reader has read the row (replay_buffer.enable; 0.6's column)
+            Column("consumed", Integer, nullable=False, server_default="0"),
         ]
     return Table(
         name,
@@ -179,7 +183,17 @@ class SQLStorage:
             if not inspector.has_table(self.table_name):
                 return None
             columns = {column["name"] for column in inspector.get_columns(self.table_name)}
-            return TASK_ROWS if "raw_task" in columns else EXPERIENCE_ROWS
+            if "raw_task" in columns:
+                return TASK_ROWS
+            if "consumed" not in columns:
+                # an experience table written before replay reads existed: add the column
+                # (every row read 0 times), so replay reads and inserts see one layout
+                quoted = self.engine.dialect.identifier_preparer.quote(self.table_name)
+                with self.engine.begin() as conn:
+                    conn.execute(
+                        text(f"ALTER TABLE {quoted} ADD COLUMN consumed INTEGER NOT NULL DEFAULT 0")
+                    )
+            return EXPERIENCE_ROWS
 
         return self._retry(_do)
 
@@ -270,6 +284,35 @@ class SQLStorage:
         def _do() -> list[tuple[int, Any]]:
             with self.engine.connect() as conn:
                 return [(int(r[0]), decode(r[1])) for r in conn.execute(stmt)]
+
+        return self._retry(_do)
+
+    def select_least_read(self, limit: int) -> list[tuple[int, bytes]]:
+        """A replay read (Trinity-RFT 0.6's order): the ``limit`` experience rows read least
+        often, newest first among equals, as ``(id, experience bytes)``; each row returned
+        has its read count raised by one in the same transaction. Fewer rows than ``limit``
+        in the table: ``[]`` and nothing counted (a replay batch is whole or not at all)."""
+        if self._undecided():
+            return []
+        table = self.table
+        stmt = (
+            select(table.c.id, table.c.exp_bytes)
+            .order_by(table.c.consumed.asc(), table.c.id.desc())
+            .limit(limit)
+        )
+        if self.engine.dialect.name != "sqlite":
+            stmt = stmt.with_for_update()
+
+        def _do() -> list[tuple[int, bytes]]:
+            with self.engine.begin() as conn:
+                rows = [(int(r[0]), bytes(r[1])) for r in conn.execute(stmt)]
+                if len(rows) < limit:
+                    return []
+                ids = [row_id for row_id, _ in rows]
+                conn.execute(
+                    update(table).where(table.c.id.in_(ids)).values(consumed=table.c.consumed + 1)
+                )
+                return rows
 
         return self._retry(_do)
 

@@ -169,7 +169,8 @@ SaveStrategy = Annotated[
 LRSchedulerType = Annotated[Literal["constant", "cosine"], _normalized()]
 SaveHFCheckpoint = Annotated[Literal["last", "always", "never"], _normalized()]
 
-_SFT_LIKE = {"sft", "dpo"}
+#: the algorithm types that train on a fixed data set of rows (train mode)
+_SFT_LIKE = {"sft", "dpo", "cpt"}
 _NO_GPU_ENGINES = {"tinker", "external"}
 
 

@@ -157,7 +157,7 @@ def _run_inputs(c: _Checker, cfg: Config) -> None:
             ("buffer", "train_batch_size"),
             cfg.buffer.train_batch_size,
             f"must be set explicitly when mode is {mode_names(lambda s: s.trains_on_dataset)} "
-            "or algorithm_type is 'sft'/'dpo'",
+            "or algorithm_type is 'sft'/'dpo'/'cpt'",
         )
 
 
@@ -196,7 +196,7 @@ def _run_derived_paths(c: _Checker, cfg: Config) -> None:
             ("data_processor", "task_pipeline", "output"),
             None,
             "the task pipeline needs an output: set it, or a train task set (its default), "
-            "or in mode 'train' with algorithm_type 'sft'/'dpo' "
+            "or in mode 'train' with algorithm_type 'sft'/'dpo'/'cpt' "
             "buffer.trainer_input.experience_buffer (its default there)",
         )
 

@@ -14,7 +14,11 @@ from functools import partial
 from typing import Any, Optional
 
 from trinity.common.config import Config
-from trinity.launcher.trainer.data import DatasetExperienceReader, build_trainer_readers
+from trinity.launcher.trainer.data import (
+    DATASET_SCHEMAS,
+    DatasetExperienceReader,
+    build_trainer_readers,
+)
 from trinity.launcher.trainer.trainer import Trainer
 from trinity.launcher.trainer.workers import trainer_world_size
 from trinity.utils.log import get_logger
@@ -205,7 +209,7 @@ def _total_steps(config: Config, schema: str) -> Optional[int]:
     if config.buffer.total_steps:
         return limit
     exp = config.buffer.trainer_input.experience_buffer
-    if schema in ("sft", "dpo") and exp is not None and exp.storage_type == "file":
+    if schema in DATASET_SCHEMAS and exp is not None and exp.storage_type == "file":
         from trinity.buffer.taskset.loading import load_taskset_data
 
         rows = len(load_taskset_data(exp.path, split=exp.split, subset_name=exp.subset_name))

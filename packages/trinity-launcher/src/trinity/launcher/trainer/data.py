@@ -1,10 +1,11 @@
-"""What the trainer reads: buffers of experiences, or SFT / DPO data sets formatted on the fly.
+"""What the trainer reads: buffers of experiences, or SFT / DPO / CPT data sets formatted on the
+fly.
 
 ``buffer.trainer_input.experience_buffer`` is either a storage the explorer (or another run)
 filled with experiences (queue, priority queue, SQL, a file of serialized experiences), read
-with ``trinity.buffer.get_buffer_reader``; or, for the SFT / DPO algorithms, a data set of
-rows (jsonl, parquet, a data set directory with splits) that a formatter turns into
-experiences with the model's chat template. :class:`DatasetExperienceReader` is the latter:
+with ``trinity.buffer.get_buffer_reader``; or, for the SFT / DPO / CPT algorithms, a data set
+of rows (jsonl, parquet, a data set directory with splits) that a formatter turns into
+experiences (with the model's chat template; CPT's raw text without one). :class:`DatasetExperienceReader` is the latter:
 it reads rows in order, epoch after epoch (``buffer.total_epochs``), and its position is part
 of the trainer's checkpoint so a resumed run neither repeats nor skips a row.
 """
@@ -17,6 +18,9 @@ from typing import Any, Optional
 from trinity.common.config import Config, StorageConfig
 from trinity.common.experience import Experience
 
+#: the schemas whose data sets are rows a formatter turns into experiences
+DATASET_SCHEMAS = ("sft", "dpo", "cpt")
+
 
 class EndOfData(Exception):
     """The data set's last epoch is read."""
@@ -28,7 +32,7 @@ class DatasetExperienceReader:
     Args:
         storage: the ``experience_buffer`` storage config (``path``, ``split``,
             ``subset_name``, ``format``).
-        schema: ``"sft"`` or ``"dpo"`` (the algorithm type's schema).
+        schema: ``"sft"``, ``"dpo"`` or ``"cpt"`` (the algorithm type's schema).
         tokenizer: a tokenizer or a model path to load one from.
         total_epochs: passes over the rows before :class:`EndOfData`.
     """
@@ -106,8 +110,8 @@ def build_trainer_readers(config: Config, schema: str, tokenizer: Any) -> dict[s
     for name, storage in buffers.items():
         if storage is None:
             continue
-        raw_rows = name == "experience_buffer" and schema in ("sft", "dpo")
-        raw_rows = raw_rows or (schema_of(storage) in ("sft", "dpo"))
+        raw_rows = name == "experience_buffer" and schema in DATASET_SCHEMAS
+        raw_rows = raw_rows or (schema_of(storage) in DATASET_SCHEMAS)
         if raw_rows and storage.storage_type == "file":
             # an auxiliary data set (mix's expert rows) is read for its own total_epochs
             # (Trinity-RFT's per-storage setting; the config check derives it from
