@@ -18,15 +18,10 @@ import json
 import os
 import random
 import re
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
+from serve_process import ROOT, free_port, start, stop, wait_healthy
 
 pytest.importorskip("vllm")
 pytest.importorskip("verl")
@@ -35,39 +30,8 @@ httpx = pytest.importorskip("httpx")
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[3]
 TRAIN_STEPS = 80
 KEY = "serve-test-key"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start(config: str, env: dict, log: Path, *overrides: str) -> subprocess.Popen:
-    ray_tmp = tempfile.mkdtemp(prefix="tr-ray-")  # Ray's socket paths must stay short
-    cmd = [str(Path(sys.executable).with_name("trinity")), "run", "--config", config, *overrides]
-    return subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=dict(env, TRINITY_RAY_TMPDIR=ray_tmp),
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGINT, wait: float = 120) -> int:
-    if proc.poll() is None:
-        os.killpg(proc.pid, sig)
-        try:
-            return proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            return proc.wait(30)
-    return proc.returncode
 
 
 async def _load_check(base: str, clients: int, seconds: float) -> list[float]:
@@ -141,7 +105,7 @@ def test_online_rl_from_live_traffic_closes_the_loop(tmp_path):
     from trinity.launcher.tiny_model import PRESETS, build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny-model", PRESETS["arithmetic"])
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = dict(
         os.environ,
@@ -154,7 +118,7 @@ def test_online_rl_from_live_traffic_closes_the_loop(tmp_path):
         OMP_NUM_THREADS="1",
     )
     env.pop("RAY_ADDRESS", None)
-    serve = _start(
+    serve = start(
         "examples/serve_arithmetic.yaml",
         env,
         tmp_path / "serve.log",
@@ -162,16 +126,7 @@ def test_online_rl_from_live_traffic_closes_the_loop(tmp_path):
     )
     trainer = None
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            assert serve.poll() is None, (tmp_path / "serve.log").read_text()[-5000:]
-            assert time.monotonic() < deadline, "the service did not come up in 600 s"
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
+        wait_healthy(serve, base, tmp_path / "serve.log")
         # the key is checked; /health needs none
         no_key = openai.OpenAI(base_url=f"{base}/v1", api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
@@ -195,7 +150,7 @@ def test_online_rl_from_live_traffic_closes_the_loop(tmp_path):
         # the load check's answers were never rewarded: they wait, they are not trained on
         assert metrics["serve/waiting_experiences"] == len(latencies) + 1, metrics
 
-        trainer = _start("examples/serve_train_arithmetic.yaml", env, tmp_path / "train.log")
+        trainer = start("examples/serve_train_arithmetic.yaml", env, tmp_path / "train.log")
         rows = [
             json.loads(line)
             for line in (ROOT / "examples/data/arithmetic/train.jsonl").read_text().splitlines()
@@ -223,8 +178,8 @@ def test_online_rl_from_live_traffic_closes_the_loop(tmp_path):
         assert [r["step"] for r in trained] == list(range(1, TRAIN_STEPS + 1))
     finally:
         if trainer is not None:
-            _stop(trainer)
-        code = _stop(serve)
+            stop(trainer)
+        code = stop(serve)
     log = (tmp_path / "serve.log").read_text()
     assert code == 0, log[-5000:]
     # the load check's unrewarded answers are reported as not committed

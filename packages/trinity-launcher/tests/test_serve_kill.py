@@ -10,13 +10,10 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
+from serve_process import free_port, start, stop, wait_healthy
 
 pytest.importorskip("vllm")
 openai = pytest.importorskip("openai")
@@ -24,48 +21,16 @@ httpx = pytest.importorskip("httpx")
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[3]
 KEY = "serve-kill-key"
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start(env: dict, log: Path) -> subprocess.Popen:
-    cmd = [
-        str(Path(sys.executable).with_name("trinity")),
-        "run",
-        "--config",
+def _start(env: dict, log: Path):
+    return start(
         "examples/serve_arithmetic.yaml",
+        env,
+        log,
         "explorer.serve.api_key_env=TRINITY_TEST_SERVE_KEY",
-    ]
-    ray_tmp = tempfile.mkdtemp(prefix="tr-ray-")  # Ray's socket paths must stay short
-    return subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=dict(env, TRINITY_RAY_TMPDIR=ray_tmp),
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
     )
-
-
-def _wait_healthy(proc: subprocess.Popen, base: str, log: Path, timeout: float = 400) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        assert proc.poll() is None, log.read_text()[-5000:]
-        assert time.monotonic() < deadline, f"the service did not come up in {timeout} s"
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
 
 
 def _answer_and_reward(base: str, n: int, rewarded: int, task: str) -> list[str]:
@@ -105,7 +70,7 @@ def test_a_killed_service_keeps_what_it_committed_and_a_restart_appends(tmp_path
 
     model = build_tiny_model(tmp_path / "tiny-model", PRESETS["arithmetic"])
     db = tmp_path / "served.db"
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = dict(
         os.environ,
@@ -121,16 +86,14 @@ def test_a_killed_service_keeps_what_it_committed_and_a_restart_appends(tmp_path
     log = tmp_path / "serve.log"
     serve = _start(env, log)
     try:
-        _wait_healthy(serve, base, log)
+        wait_healthy(serve, base, log)
         _answer_and_reward(base, 8, 8, "g0")
         assert _commit(base) == 8
         # rewarded, not committed: never written
         _answer_and_reward(base, 8, 4, "g1")
     finally:
-        if serve.poll() is None:
-            os.killpg(serve.pid, signal.SIGKILL)
-        serve.wait(60)
-    assert serve.returncode == -signal.SIGKILL
+        code = stop(serve, signal.SIGKILL)
+    assert code == -signal.SIGKILL
 
     rows = _rows(db)
     assert len(rows) == 8, rows
@@ -143,13 +106,11 @@ def test_a_killed_service_keeps_what_it_committed_and_a_restart_appends(tmp_path
     log2 = tmp_path / "serve2.log"
     serve = _start(env, log2)
     try:
-        _wait_healthy(serve, base, log2)
+        wait_healthy(serve, base, log2)
         _answer_and_reward(base, 8, 8, "g2")
         assert _commit(base) == 8
     finally:
-        if serve.poll() is None:
-            os.killpg(serve.pid, signal.SIGINT)
-        code = serve.wait(120)
+        code = stop(serve)
     assert code == 0, log2.read_text()[-5000:]
     rows_after = _rows(db)
     assert len(rows_after) == 16 and rows_after[:8] == rows
