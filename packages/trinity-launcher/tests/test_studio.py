@@ -258,6 +258,16 @@ def test_sft_switches_to_train_mode_and_an_offline_dataset(tmp_path):
     validate_config(config)
 
 
+def test_cpt_is_an_offline_type_too():
+    """``cpt`` trains on a data set of raw text: mode train, no task set, a data set path."""
+    at = new_app()
+    at.selectbox(key="algorithm_type").set_value("cpt").run()
+    assert not at.exception, at.exception
+    assert at.session_state["mode"] == "train"
+    shown = keys_of(at.main)
+    assert "taskset_path" not in shown and "experience_buffer_path" in shown
+
+
 # ---------------------------------------------------------------------- errors next to fields
 def test_schema_errors_appear_under_their_field_and_block_the_yaml(tmp_path):
     at = fill_essentials(new_app(), tmp_path)

@@ -161,7 +161,8 @@ class SQLReader(OfflineReader):
     equals, and counts the read in the table (its ``consumed`` column), so rows come back
     once every row has been read as often; a table holding fewer than ``batch_size`` rows
     ends the read (or waits for a live writer). The counts live in the database, so they
-    survive a restart and are shared by every reader of the table.
+    survive a restart and are shared by every reader of the table; a read is counted when it
+    is made (a run resumed from an earlier checkpoint does not roll the counts back).
 
     A table of experiences gives Experience batches. A table of task rows gives
     :class:`~trinity.common.workflows.Task` batches built from the storage's task set settings

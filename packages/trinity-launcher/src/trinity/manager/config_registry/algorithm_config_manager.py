@@ -15,6 +15,7 @@ import yaml
 from trinity.algorithm import ALGORITHM_TYPE
 from trinity.algorithm.resolve import COMPONENT_FIELDS, component_registry, resolve_algorithm
 from trinity.common.config._sections import LossAggMode
+from trinity.launcher.trainer.data import DATASET_SCHEMAS
 from trinity.manager.config_registry._common import (
     args_help,
     choices,
@@ -24,7 +25,8 @@ from trinity.manager.config_registry._common import (
 )
 from trinity.manager.config_registry.config_registry import CONFIG_GENERATORS
 
-OFFLINE_ALGORITHMS = ("sft", "dpo")
+#: the schemas of the algorithm types that train on a data set of rows (mode train)
+OFFLINE_ALGORITHMS = DATASET_SCHEMAS
 
 
 def algorithm_class() -> Any:
