@@ -24,6 +24,15 @@ def local_ray(tmp_path_factory) -> Iterator[Any]:
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def ray_pickles_this_module(local_ray, request) -> Iterator[Any]:
+    """:func:`local_ray`, with the requesting test module's functions and classes pickled by
+    value: Ray workers cannot import a test module, so what it defines and sends them (remote
+    functions, actor classes) travels whole."""
+    local_ray.cloudpickle.register_pickle_by_value(request.module)
+    yield local_ray
+
+
 def _torch_loaded(actor: Any) -> bool:
     """Whether the actor's process has torch's library mapped (read from /proc)."""
     import ray

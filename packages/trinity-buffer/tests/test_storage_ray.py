@@ -26,12 +26,8 @@ from trinity.buffer.storage.ray_queue import (  # noqa: E402
 from trinity.common.config import ExperienceBufferConfig  # noqa: E402
 from trinity.common.experience import Experience  # noqa: E402
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster(local_ray):
-    # the remote functions below live in this test module, which Ray workers cannot import
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
+# Ray workers cannot import this test module: what it sends them is pickled by value
+pytestmark = pytest.mark.usefixtures("ray_pickles_this_module")
 
 
 def make_exp(i: int, version: int = 0) -> Experience:

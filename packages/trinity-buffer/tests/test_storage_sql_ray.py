@@ -6,7 +6,6 @@ stuck call is an error naming the storage, never a hang."""
 from __future__ import annotations
 
 import sqlite3
-import sys
 import threading
 import time
 
@@ -33,12 +32,8 @@ from trinity.buffer.taskset import get_taskset_reader  # noqa: E402
 from trinity.common.config import ExperienceBufferConfig, TasksetConfig  # noqa: E402
 from trinity.common.experience import Experience  # noqa: E402
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster(local_ray):
-    # the actor class below lives in this test module, which Ray workers cannot import
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
+# Ray workers cannot import this test module: what it sends them is pickled by value
+pytestmark = pytest.mark.usefixtures("ray_pickles_this_module")
 
 
 def make_exp(i: int) -> Experience:

@@ -345,14 +345,10 @@ class CPTFormatter(ExperienceFormatter):
     nothing to train on and is refused.
     """
 
-    def __init__(
-        self,
-        tokenizer: Any = None,
-        format_config: Optional[FormatConfig] = None,
-        *,
-        tokenizer_path: Optional[str] = None,
-    ) -> None:
-        super().__init__(tokenizer, format_config, tokenizer_path=tokenizer_path)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """As :class:`ExperienceFormatter`; a ``prompt_type`` other than ``plaintext`` is a
+        :class:`FormatError` (Trinity-RFT 0.6's formatter refuses it when built too)."""
+        super().__init__(*args, **kwargs)
         if self.config.prompt_type != "plaintext":
             raise FormatError(
                 f"the cpt formatter reads raw text: format.prompt_type must be 'plaintext', "
