@@ -14,15 +14,17 @@ from trinity.launcher.component_checks import (
 
 
 def test_no_listed_workflow_is_registered():
-    assert not TRINITY_RFT_WORKFLOWS_NOT_SHIPPED & set(WORKFLOWS.list())
+    assert not set(TRINITY_RFT_WORKFLOWS_NOT_SHIPPED) & set(WORKFLOWS.list())
 
 
 def test_no_listed_algorithm_type_is_registered():
     assert not TRINITY_RFT_ALGORITHMS_NOT_SHIPPED & set(ALGORITHM_TYPE.list())
 
 
-def test_the_hint_names_a_listed_workflow_only():
-    listed = sorted(TRINITY_RFT_WORKFLOWS_NOT_SHIPPED)[0]
+def test_the_hint_names_a_listed_workflow_only_and_says_why():
     field = "buffer.explorer_input.taskset.default_workflow_type"
-    assert "not supported yet" in not_shipped_hint(field, listed)
+    for listed, why in TRINITY_RFT_WORKFLOWS_NOT_SHIPPED.items():
+        hint = not_shipped_hint(field, listed)
+        assert "not supported yet" in hint and why in hint and why.strip()
+    assert "MCP SDK 1.x" in not_shipped_hint(field, "agentscope_v1_react_search_workflow")
     assert not_shipped_hint(field, "email_search_workflow") == ""  # ships now

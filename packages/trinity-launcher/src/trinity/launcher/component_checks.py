@@ -21,17 +21,28 @@ __all__ = ["check_component_names", "not_shipped_hint"]
 
 logger = get_logger(__name__)
 
-#: Workflows Trinity-RFT 0.6 registers that this release does not ship (names only). A config
-#: naming one is told the workflow is not supported yet, rather than that it is unknown; a
-#: plugin registering the name is used as usual. (A test checks that none of them is registered.)
-TRINITY_RFT_WORKFLOWS_NOT_SHIPPED = frozenset(
-    {
-        "agentscope_v1_react_search_workflow",
-        "agentscopev0_react_math_workflow",
-        "async_simple_mm_workflow",
-        "simple_mm_workflow",
-    }
+#: Workflows Trinity-RFT 0.6 registers that this release does not ship, each with the reason. A
+#: config naming one is told the workflow is not supported yet and why, rather than that it is
+#: unknown; a plugin registering the name is used as usual. (A test checks that none of them is
+#: registered.)
+_MM = (
+    "vision-language tasks (images in the messages, the processor's inputs through the engine "
+    "and the trainer) are not supported yet"
 )
+TRINITY_RFT_WORKFLOWS_NOT_SHIPPED: dict[str, str] = {
+    "agentscope_v1_react_search_workflow": (
+        "its search tools are MCP servers (tavily-mcp or mcp-searxng over stdio, started with "
+        "npx), and agentscope 1.0.x's MCP clients need the MCP SDK 1.x, which cannot be "
+        "installed beside vLLM (mcp>=2); a workflow_func of agentscope_workflow_adapter_v1 "
+        "can give a ReAct agent other search tools"
+    ),
+    "agentscopev0_react_math_workflow": (
+        "it is written for agentscope 0.x, which cannot be installed beside agentscope 1.x; "
+        "agentscope_react_math_workflow is the same task on agentscope 1.x"
+    ),
+    "async_simple_mm_workflow": _MM,
+    "simple_mm_workflow": _MM,
+}
 
 #: Algorithm types Trinity-RFT 0.6 registers that this release does not ship (names only).
 #: Empty: all 24 are registered.
@@ -39,16 +50,18 @@ TRINITY_RFT_ALGORITHMS_NOT_SHIPPED: frozenset[str] = frozenset()
 
 
 def not_shipped_hint(field: str, name: str) -> str:
-    """``"'as_react_workflow' is a Trinity-RFT 0.6 workflow that is not supported yet in this
-    release. "`` for a name Trinity-RFT 0.6 registers under ``field`` and this release does not
-    ship; ``""`` otherwise (an unknown name keeps its "did you mean" message alone)."""
+    """``"'simple_mm_workflow' is a Trinity-RFT 0.6 workflow that is not supported yet in this
+    release: <why>. "`` for a name Trinity-RFT 0.6 registers under ``field`` and this release
+    does not ship; ``""`` otherwise (an unknown name keeps its "did you mean" message alone)."""
     if field.endswith("default_workflow_type") and name in TRINITY_RFT_WORKFLOWS_NOT_SHIPPED:
-        what = "workflow"
-    elif field == "algorithm.algorithm_type" and name in TRINITY_RFT_ALGORITHMS_NOT_SHIPPED:
-        what = "algorithm type"
-    else:
-        return ""
-    return f"{name!r} is a Trinity-RFT 0.6 {what} that is not supported yet in this release. "
+        why = TRINITY_RFT_WORKFLOWS_NOT_SHIPPED[name]
+        return (
+            f"{name!r} is a Trinity-RFT 0.6 workflow that is not supported yet in this "
+            f"release: {why}. "
+        )
+    if field == "algorithm.algorithm_type" and name in TRINITY_RFT_ALGORITHMS_NOT_SHIPPED:
+        return f"{name!r} is a Trinity-RFT 0.6 algorithm type that is not supported yet. "
+    return ""
 
 
 def check_component_names(config: Config, warnings: Optional[list[str]] = None) -> None:
