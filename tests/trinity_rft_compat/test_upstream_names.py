@@ -28,13 +28,6 @@ _EXPLORER = (
     "trinity.launcher.explorer, with a different API"
 )
 
-
-_TOKENIZE = (
-    "tokenizer-based helpers; ours is trinity.common.models.utils.tokenize_and_mask_messages("
-    "apply_chat_template, messages, tools), which returns (token_ids, action_mask, "
-    "prompt_length)"
-)
-
 #: ``module:name`` -> why it does not resolve here
 DOCUMENTED_MISSING: dict[str, str] = {
     "trinity.common.models.allocator:Allocator": (
@@ -44,7 +37,6 @@ DOCUMENTED_MISSING: dict[str, str] = {
         "Trinity-RFT's engine actor base (vLLM / SGLang); engines here implement "
         "trinity.launcher.engines' interface"
     ),
-    "trinity.common.models.utils:tokenize_and_mask_messages_hf": _TOKENIZE,
     "trinity.explorer.explorer:Explorer": _EXPLORER,
     "trinity.explorer.scheduler:Scheduler": _EXPLORER,
     "trinity.trainer.trainer:Trainer": (

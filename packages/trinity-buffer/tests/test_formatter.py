@@ -305,3 +305,33 @@ def test_task_formatter_resolves_the_workflow_and_reward_classes():
     finally:
         WORKFLOWS.unregister("fmt_test_flow")
         REWARD_FUNCTIONS.unregister("fmt_test_reward")
+
+
+def test_tokenize_and_mask_messages_hf_reads_the_generation_markers(tokenizer):
+    """Trinity-RFT 0.6's ``tokenize_and_mask_messages_hf`` (core; tested here, where a Hugging
+    Face tokenizer is installed): the mask is what the template's ``{% generation %}`` marks,
+    and it agrees with the incremental-prefix helper on a ChatML conversation."""
+    from trinity.common.models.utils import (
+        tokenize_and_mask_messages_default,
+        tokenize_and_mask_messages_hf,
+    )
+
+    marked = (
+        "{% for m in messages %}"
+        "{% if m['role'] == 'assistant' %}<|im_start|>assistant\n"
+        "{% generation %}{{ m['content'] }}<|im_end|>{% endgeneration %}\n"
+        "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    out = tokenize_and_mask_messages_hf(tokenizer, TWO_TURNS, chat_template=marked)
+    assert set(out) == {"input_ids", "assistant_masks"}
+    ids, mask = out["input_ids"][0], out["assistant_masks"][0]
+    assert ids.shape == mask.shape
+    spans = [_decode(tokenizer, ids[a:b]) for a, b in _runs(mask.bool())]
+    assert spans == ["It is four.<|im_end|>", "Twelve.<|im_end|>"]
+    default = tokenize_and_mask_messages_default(tokenizer, TWO_TURNS, chat_template=marked)
+    assert default["input_ids"][0].tolist() == ids.tolist()
+    # without the markers Hugging Face marks nothing
+    plain = tokenize_and_mask_messages_hf(tokenizer, TWO_TURNS, chat_template=CHATML)
+    assert not plain["assistant_masks"].any()

@@ -20,6 +20,7 @@ __all__ = [
     "prompt_truncated_experiences",
     "tokenize_and_mask_messages",
     "tokenize_and_mask_messages_default",
+    "tokenize_and_mask_messages_hf",
 ]
 
 #: ``response_text`` of the placeholder experiences of an over-long prompt (Trinity-RFT's text)
@@ -176,6 +177,50 @@ def tokenize_and_mask_messages(
     return torch.tensor(full, dtype=torch.long), mask, prompt_length
 
 
+def _template_kwargs(
+    tools: Optional[List[Dict[str, Any]]],
+    chat_template: Optional[str],
+    enable_thinking: Optional[bool],
+) -> Dict[str, Any]:
+    """``apply_chat_template`` keyword arguments: tokenized, with the optional ones given."""
+    kwargs: Dict[str, Any] = {"tokenize": True}
+    if tools is not None:
+        kwargs["tools"] = tools
+    if chat_template is not None:
+        kwargs["chat_template"] = chat_template
+    if enable_thinking is not None:
+        kwargs["enable_thinking"] = enable_thinking
+    return kwargs
+
+
+def tokenize_and_mask_messages_hf(
+    tokenizer: Any,
+    messages: List[Dict[str, Any]],
+    tools: Optional[List[Dict[str, Any]]] = None,
+    chat_template: Optional[str] = None,
+    enable_thinking: Optional[bool] = None,
+) -> Dict[str, torch.Tensor]:
+    """Trinity-RFT 0.6's helper of that name: ``{"input_ids": [1, L], "assistant_masks":
+    [1, L]}`` as Hugging Face computes them, from the ``{% generation %}`` ...
+    ``{% endgeneration %}`` markers of the chat template (``return_assistant_tokens_mask``).
+
+    Why both helpers: a template with those markers says exactly which tokens the assistant
+    wrote, with no re-rendering; :func:`tokenize_and_mask_messages_default` works with any
+    template. A template without the markers gives an all-zero mask (Hugging Face warns).
+    """
+    out = tokenizer.apply_chat_template(
+        messages,
+        add_generation_prompt=False,
+        return_assistant_tokens_mask=True,
+        return_dict=True,
+        return_tensors="pt",
+        **_template_kwargs(tools, chat_template, enable_thinking),
+    )
+    out = dict(out)
+    out.pop("attention_mask", None)
+    return out
+
+
 def tokenize_and_mask_messages_default(
     tokenizer: Any,
     messages: List[Dict[str, Any]],
@@ -195,13 +240,7 @@ def tokenize_and_mask_messages_default(
     """
     if not messages:
         raise ValueError("Messages should not be empty")
-    kwargs: Dict[str, Any] = {"tokenize": True}
-    if tools is not None:
-        kwargs["tools"] = tools
-    if chat_template is not None:
-        kwargs["chat_template"] = chat_template
-    if enable_thinking is not None:
-        kwargs["enable_thinking"] = enable_thinking
+    kwargs = _template_kwargs(tools, chat_template, enable_thinking)
 
     def render(msgs: List[Dict[str, Any]], add_generation_prompt: bool) -> List[int]:
         if not msgs:
