@@ -325,6 +325,16 @@ DOCUMENTED_DIFFERENCES: dict[str, tuple[str, type[BaseException]]] = {
     },
 }
 
+#: upstream files none of whose tests passes against Trinity-RFT 0.6.0 itself (0.6 removed
+#: what they import or patch), so their tests do not count among the 155 that 0.6.0 passes
+FAILS_ON_06_FILES: dict[str, str] = {
+    "cli/launcher_test.py": (
+        "imports trinity.common.models.get_debug_explorer_model and patches "
+        "trinity.trainer.verl.utils, both gone in 0.6"
+    ),
+    "explorer/proxy_test.py": "calls 0.6's async HistoryRecorder synchronously",
+}
+
 #: documented differences run as subtests, some of which pass (a strict mark would fail those)
 NON_STRICT: set[str] = set()
 
