@@ -270,6 +270,9 @@ def test_this_runs_hf_export_of_the_step_stays_and_an_earlier_runs_goes(tmp_path
     leftover = tmp_path / "global_step_3" / "actor" / "model_world_size_2_rank_1.pt"
     saver = checkpointer(tmp_path)
     fresh = export(3)
+    # file times come from the kernel's coarse clock: a file written just after the
+    # checkpointer started can be stamped a few ms before it (seen in CI); still this run's
+    os.utime(fresh / "model.safetensors", (saver.created_at - 0.01,) * 2)
     leftover.write_bytes(b"from a save that was killed")
     saver.save(FakeTrainer(2))
     saver.save(FakeTrainer(3))

@@ -679,10 +679,17 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+#: how much earlier than ``time.time()`` a file written after it may be stamped: file times
+#: come from the kernel's coarse clock (a tick, a few ms, behind), so a file written right
+#: after a ``time.time()`` reading can carry an earlier mtime
+_MTIME_SLACK_S = 0.5
+
+
 def _written_since(directory: Path, since: float) -> bool:
-    """Whether ``directory`` holds files and none was last written before ``since``."""
+    """Whether ``directory`` holds files and none was last written before ``since`` (less the
+    file clock's slack, :data:`_MTIME_SLACK_S`)."""
     times = [p.stat().st_mtime for p in directory.rglob("*") if p.is_file()]
-    return bool(times) and min(times) >= since
+    return bool(times) and min(times) >= since - _MTIME_SLACK_S
 
 
 def _remove(path: Path) -> None:
