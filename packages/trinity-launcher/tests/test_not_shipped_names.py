@@ -5,9 +5,11 @@ list would hide what ships)."""
 from __future__ import annotations
 
 from trinity.algorithm import ALGORITHM_TYPE
+from trinity.common.rewards import REWARD_FUNCTIONS
 from trinity.common.workflows import WORKFLOWS
 from trinity.launcher.component_checks import (
     TRINITY_RFT_ALGORITHMS_NOT_SHIPPED,
+    TRINITY_RFT_REWARDS_NOT_SHIPPED,
     TRINITY_RFT_WORKFLOWS_NOT_SHIPPED,
     not_shipped_hint,
 )
@@ -28,3 +30,11 @@ def test_the_hint_names_a_listed_workflow_only_and_says_why():
         assert "not supported yet" in hint and why in hint and why.strip()
     assert "MCP SDK 1.x" in not_shipped_hint(field, "agentscope_v1_react_search_workflow")
     assert not_shipped_hint(field, "email_search_workflow") == ""  # ships now
+
+
+def test_a_listed_reward_is_not_registered_and_its_hint_says_why():
+    assert not set(TRINITY_RFT_REWARDS_NOT_SHIPPED) & set(REWARD_FUNCTIONS.list())
+    field = "buffer.explorer_input.taskset.default_reward_fn_type"
+    hint = not_shipped_hint(field, "rm_gallery_reward")
+    assert "not supported yet" in hint and "rm-gallery" in hint
+    assert not_shipped_hint(field, "math_reward") == ""

@@ -44,6 +44,15 @@ TRINITY_RFT_WORKFLOWS_NOT_SHIPPED: dict[str, str] = {
     "simple_mm_workflow": _MM,
 }
 
+#: Reward functions Trinity-RFT's users name that this release does not ship, with the reason.
+TRINITY_RFT_REWARDS_NOT_SHIPPED: dict[str, str] = {
+    "rm_gallery_reward": (
+        "it scores with RM-Gallery's reward models (the rm-gallery package), which is not "
+        "installed with this release (nor registered by Trinity-RFT 0.6.0 itself); "
+        "llm_judge_reward scores with a judge model served by the run"
+    ),
+}
+
 #: Algorithm types Trinity-RFT 0.6 registers that this release does not ship (names only).
 #: Empty: all 24 are registered.
 TRINITY_RFT_ALGORITHMS_NOT_SHIPPED: frozenset[str] = frozenset()
@@ -59,6 +68,9 @@ def not_shipped_hint(field: str, name: str) -> str:
             f"{name!r} is a Trinity-RFT 0.6 workflow that is not supported yet in this "
             f"release: {why}. "
         )
+    if field.endswith("default_reward_fn_type") and name in TRINITY_RFT_REWARDS_NOT_SHIPPED:
+        why = TRINITY_RFT_REWARDS_NOT_SHIPPED[name]
+        return f"{name!r} is a reward function that is not supported yet in this release: {why}. "
     if field == "algorithm.algorithm_type" and name in TRINITY_RFT_ALGORITHMS_NOT_SHIPPED:
         return f"{name!r} is a Trinity-RFT 0.6 algorithm type that is not supported yet. "
     return ""
