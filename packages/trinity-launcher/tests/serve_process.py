@@ -22,6 +22,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def service_env(tmp_path: Path, port: int, key: str, **extra: str) -> dict[str, str]:
+    """The environment ``examples/serve_*.yaml`` read, for a service on ``port`` in
+    ``tmp_path``: the quickstart's tiny model built there, checkpoints under ``ckpt``, the
+    SQLite buffer ``served.db``, the API key in ``TRINITY_TEST_SERVE_KEY``; ``extra`` added."""
+    from trinity.launcher.tiny_model import PRESETS, build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny-model", PRESETS["arithmetic"])
+    env = dict(
+        os.environ,
+        TRINITY_QUICKSTART_MODEL=str(model),
+        TRINITY_CHECKPOINT_ROOT_DIR=str(tmp_path / "ckpt"),
+        TRINITY_SERVE_BUFFER=f"sqlite:///{tmp_path / 'served.db'}",
+        TRINITY_SERVE_PORT=str(port),
+        TRINITY_TEST_SERVE_KEY=key,
+        OMP_NUM_THREADS="1",
+        **extra,
+    )
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
 def start(config: str, env: dict, log: Path, *overrides: str) -> subprocess.Popen:
     """``trinity run --config CONFIG [KEY=VALUE ...]`` from the repository root, in a process
     group of its own (``stop`` takes Ray's processes with it), output to ``log``."""

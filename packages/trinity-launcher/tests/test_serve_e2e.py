@@ -21,7 +21,7 @@ import re
 import time
 
 import pytest
-from serve_process import ROOT, free_port, start, stop, wait_healthy
+from serve_process import ROOT, free_port, service_env, start, stop, wait_healthy
 
 pytest.importorskip("vllm")
 pytest.importorskip("verl")
@@ -102,22 +102,9 @@ async def _agent(base: str, rows: list[dict], until_version: int, timeout: float
 
 
 def test_online_rl_from_live_traffic_closes_the_loop(tmp_path):
-    from trinity.launcher.tiny_model import PRESETS, build_tiny_model
-
-    model = build_tiny_model(tmp_path / "tiny-model", PRESETS["arithmetic"])
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = dict(
-        os.environ,
-        TRINITY_QUICKSTART_MODEL=str(model),
-        TRINITY_CHECKPOINT_ROOT_DIR=str(tmp_path / "ckpt"),
-        TRINITY_SERVE_BUFFER=f"sqlite:///{tmp_path}/served.db",
-        TRINITY_SERVE_PORT=str(port),
-        TRINITY_SERVE_TRAIN_STEPS=str(TRAIN_STEPS),
-        TRINITY_TEST_SERVE_KEY=KEY,
-        OMP_NUM_THREADS="1",
-    )
-    env.pop("RAY_ADDRESS", None)
+    env = service_env(tmp_path, port, KEY, TRINITY_SERVE_TRAIN_STEPS=str(TRAIN_STEPS))
     serve = start(
         "examples/serve_arithmetic.yaml",
         env,

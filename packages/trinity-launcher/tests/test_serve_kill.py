@@ -7,13 +7,12 @@ the engine's OpenAI server, which only the vLLM engine runs)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 from pathlib import Path
 
 import pytest
-from serve_process import free_port, start, stop, wait_healthy
+from serve_process import free_port, service_env, start, stop, wait_healthy
 
 pytest.importorskip("vllm")
 openai = pytest.importorskip("openai")
@@ -66,22 +65,11 @@ def _rows(db: Path) -> list[tuple[int, bytes, float]]:
 
 def test_a_killed_service_keeps_what_it_committed_and_a_restart_appends(tmp_path):
     from trinity.common.experience import Experience
-    from trinity.launcher.tiny_model import PRESETS, build_tiny_model
 
-    model = build_tiny_model(tmp_path / "tiny-model", PRESETS["arithmetic"])
     db = tmp_path / "served.db"
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = dict(
-        os.environ,
-        TRINITY_QUICKSTART_MODEL=str(model),
-        TRINITY_CHECKPOINT_ROOT_DIR=str(tmp_path / "ckpt"),
-        TRINITY_SERVE_BUFFER=f"sqlite:///{db}",
-        TRINITY_SERVE_PORT=str(port),
-        TRINITY_TEST_SERVE_KEY=KEY,
-        OMP_NUM_THREADS="1",
-    )
-    env.pop("RAY_ADDRESS", None)
+    env = service_env(tmp_path, port, KEY)
 
     log = tmp_path / "serve.log"
     serve = _start(env, log)
