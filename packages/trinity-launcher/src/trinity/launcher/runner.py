@@ -507,7 +507,7 @@ class RunnerPool:
             # cancels the engine calls it is waiting on. Killing the runner alone would leave
             # them queued on the engine, and the next tasks would wait behind abandoned work
             # (on a loaded machine each then times out in turn).
-            _cancel(ref)
+            await _cancel_and_settle(ref)
             message = (
                 f"timeout: no result within explorer.max_timeout ({self.max_timeout:g} s) "
                 f"on workflow runner {runner.runner_id}"
@@ -687,6 +687,22 @@ def _cancel(ref: Any) -> None:
 
         ray.cancel(ref, recursive=True)
     except Exception:  # finished meanwhile, its actor is dead, or Ray is shutting down
+        pass
+
+
+_CANCEL_SETTLE_S = 5.0
+
+
+async def _cancel_and_settle(ref: Any) -> None:
+    """Cancel ``ref`` (recursively) and wait, up to ``_CANCEL_SETTLE_S``, until it ends.
+
+    The runner executing ``ref`` forwards the cancel to the engine calls it owns; if the
+    runner were killed first (it is replaced right after a timeout), those calls would keep
+    running on the engine with nobody to cancel them."""
+    _cancel(ref)
+    try:
+        await asyncio.wait_for(_await_ref(ref), _CANCEL_SETTLE_S)
+    except Exception:  # TaskCancelledError (the usual end), a timeout, or the runner died
         pass
 
 
