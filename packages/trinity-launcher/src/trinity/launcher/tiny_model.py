@@ -26,6 +26,10 @@ always give the same weights and tokenizer files):
   (:data:`ARITHMETIC_CHAT_TEMPLATE`): ``"2+4="`` asked as a user message is
   ``<|im_start|>2+4=<|im_end|><|im_start|>``, 7 tokens.
 
+* ``vlm``: a vision-language model of Qwen2.5-VL's architecture (the ``default`` text model,
+  its tokenizer with Qwen's vision tokens, a 2-block vision tower and a local image processor),
+  see :mod:`trinity.launcher.tiny_vlm`.
+
 The ``default`` preset's chat template is Qwen2.5's (:data:`QWEN_CHAT_TEMPLATE`), tools included.
 """
 
@@ -145,6 +149,9 @@ class TinyModelSpec:
     tokenizer: str = "bpe"
     #: Std of the random initial weights (Hugging Face's default is 0.02).
     initializer_range: float = 0.02
+    #: Blocks of the vision tower; 0 (text only) builds a ``Qwen2ForCausalLM``, 1 or more a
+    #: ``Qwen2_5_VLForConditionalGeneration`` (:mod:`trinity.launcher.tiny_vlm`).
+    vision_depth: int = 0
 
 
 #: The quickstart's model. RL from random weights only works when a sampled answer is often
@@ -179,6 +186,7 @@ PRESETS: dict[str, TinyModelSpec] = {
     "default": TinyModelSpec(),
     "arithmetic": ARITHMETIC_SPEC,
     "realistic": REALISTIC_SPEC,
+    "vlm": TinyModelSpec(vision_depth=2),
 }
 
 #: The ``arithmetic`` tokenizer's vocabulary, in id order (ids 0-21): three special tokens, the
@@ -336,6 +344,12 @@ def build_tiny_model(
             f"TinyModelSpec.tokenizer: {spec.tokenizer!r} is not a tokenizer kind; "
             "use 'bpe' or 'arithmetic'"
         )
+    if spec.vision_depth:
+        from trinity.launcher.tiny_vlm import write_tiny_vlm
+
+        write_tiny_vlm(path, spec, tokenizer)
+        stamp.write_text(json.dumps(built_from))
+        return path
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
@@ -388,7 +402,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         choices=sorted(PRESETS),
         default="default",
         help="'arithmetic' is the quickstart's model (22-token vocabulary: digits, + - * =, "
-        "space, newline, chat words); 'default' the tests' (byte-level BPE)",
+        "space, newline, chat words); 'default' the tests' (byte-level BPE); 'vlm' a "
+        "vision-language model (Qwen2.5-VL architecture, image processor included)",
     )
     parser.add_argument("--seed", type=int, default=None, help="weight seed (preset's if unset)")
     args = parser.parse_args(argv)

@@ -1,0 +1,147 @@
+"""The ``vlm`` tiny-model preset and image prompts rendered for it (issue 45's first part).
+
+The model is Qwen2.5-VL's architecture, read by ``transformers`` as any downloaded
+checkpoint; the image decides what it predicts, so the vision tower is wired to the text
+model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from PIL import Image, ImageDraw
+
+from trinity.launcher.engines.mm_inputs import IMAGE_PAD, load_image_processor, render_vl_prompt
+from trinity.launcher.tiny_model import PRESETS, build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def vlm_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("vlm"), PRESETS["vlm"])
+
+
+@pytest.fixture(scope="module")
+def parts(vlm_dir):
+    from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(vlm_dir)
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(vlm_dir).eval()
+    return tokenizer, load_image_processor(vlm_dir), model
+
+
+def squares(n: int, size: tuple[int, int] = (112, 112)) -> Image.Image:
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    for i in range(n):
+        x, y = 6 + (i % 3) * 34, 6 + (i // 3) * 50
+        draw.rectangle([x, y, x + 20, y + 20], fill="black")
+    return image
+
+
+def ask(image) -> list[dict]:
+    return [
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": image}, {"type": "text", "text": "How many?"}],
+        }
+    ]
+
+
+def test_the_preset_is_a_qwen2_5_vl_with_its_image_processor(vlm_dir):
+    config = json.loads((vlm_dir / "config.json").read_text())
+    assert config["architectures"] == ["Qwen2_5_VLForConditionalGeneration"]
+    assert config["vision_config"]["depth"] == 2
+    assert (vlm_dir / "preprocessor_config.json").is_file()
+    # built from the same spec: reused as it is
+    before = (vlm_dir / "model.safetensors").stat().st_mtime_ns
+    assert build_tiny_model(vlm_dir, PRESETS["vlm"]) == vlm_dir
+    assert (vlm_dir / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_an_image_becomes_its_token_count_of_placeholders(parts):
+    tokenizer, processor, _ = parts
+    prompt = render_vl_prompt(tokenizer, processor, ask(squares(2, size=(100, 60))))
+    grid = prompt.multi_modal_inputs["image_grid_thw"]
+    assert grid.shape == (1, 3) and int(grid[0, 0]) == 1
+    pad = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+    # one token per 2 x 2 merge of 14-pixel patches; one row of pixel_values per patch
+    assert prompt.prompt_ids.count(pad) == int(grid.prod()) // 4
+    assert prompt.multi_modal_inputs["pixel_values"].shape[0] == int(grid.prod())
+    text = tokenizer.decode(prompt.prompt_ids)
+    assert text.startswith("<|im_start|>user\n<|vision_start|>" + IMAGE_PAD)
+    assert text.endswith("<|vision_end|>How many?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_openai_image_url_parts_and_hf_image_dicts_render_alike(parts, tmp_path):
+    import base64
+    import io
+
+    tokenizer, processor, _ = parts
+    buffer = io.BytesIO()
+    squares(3).save(buffer, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    openai = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": "How many?"},
+            ],
+        }
+    ]
+    hf_dict = ask({"bytes": buffer.getvalue(), "path": None})
+    a = render_vl_prompt(tokenizer, processor, openai)
+    b = render_vl_prompt(tokenizer, processor, hf_dict)
+    assert a.prompt_ids == b.prompt_ids
+    assert torch.equal(a.multi_modal_inputs["pixel_values"], b.multi_modal_inputs["pixel_values"])
+
+
+def test_the_image_decides_what_the_model_predicts(parts):
+    tokenizer, processor, model = parts
+
+    def next_token_logits(image) -> torch.Tensor:
+        prompt = render_vl_prompt(tokenizer, processor, ask(image))
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([prompt.prompt_ids]), **prompt.multi_modal_inputs)
+        return out.logits[0, -1]
+
+    one, five = next_token_logits(squares(1)), next_token_logits(squares(5))
+    assert torch.equal(one, next_token_logits(squares(1)))  # deterministic
+    assert not torch.allclose(one, five)
+
+
+def test_generation_from_an_image_prompt(parts):
+    tokenizer, processor, model = parts
+    prompt = render_vl_prompt(tokenizer, processor, ask(squares(4)))
+    ids = torch.tensor([prompt.prompt_ids])
+    torch.manual_seed(0)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        **prompt.multi_modal_inputs,
+        max_new_tokens=4,
+        do_sample=True,
+    )
+    assert out.shape[1] > ids.shape[1]
+
+
+def test_a_text_prompt_needs_no_image_inputs(parts):
+    tokenizer, processor, _ = parts
+    prompt = render_vl_prompt(tokenizer, processor, [{"role": "user", "content": "2+2="}])
+    assert prompt.multi_modal_inputs == {} and prompt.images == []
+    assert tokenizer.decode(prompt.prompt_ids).startswith("<|im_start|>user\n2+2=")
+
+
+def test_a_template_that_drops_images_is_refused_naming_the_placeholder(parts, vlm_dir):
+    from transformers import AutoTokenizer
+
+    _, processor, _ = parts
+    text_only = AutoTokenizer.from_pretrained(vlm_dir)
+    text_only.chat_template = "{%- for m in messages %}{{- m['role'] }}{%- endfor %}"
+    with pytest.raises(ValueError, match=r"wrote 0 <\|image_pad\|> placeholder\(s\) for 1 image"):
+        render_vl_prompt(text_only, processor, ask(squares(1)))
+
+
+def test_a_text_model_has_no_image_processor(tmp_path):
+    assert load_image_processor(build_tiny_model(tmp_path / "text")) is None
