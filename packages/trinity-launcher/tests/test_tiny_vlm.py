@@ -145,3 +145,76 @@ def test_a_template_that_drops_images_is_refused_naming_the_placeholder(parts, v
 
 def test_a_text_model_has_no_image_processor(tmp_path):
     assert load_image_processor(build_tiny_model(tmp_path / "text")) is None
+
+
+# ---------------------------------------------------------------------- engines
+def _engine(vlm_dir, engine_type: str = "transformers"):
+    from trinity.launcher.engines.base import EngineSettings
+    from trinity.launcher.engines.hf_engine import TransformersEngine
+
+    settings = EngineSettings(
+        model_path=str(vlm_dir),
+        engine_type=engine_type,
+        max_model_len=256,
+        max_response_tokens=6,
+        dtype="float32",
+        seed=0,
+    )
+    return TransformersEngine(settings)
+
+
+def test_the_transformers_engine_chats_about_an_image_through_a_model_wrapper(vlm_dir, parts):
+    """A workflow's ``model.chat`` with an image part: each sample's Experience holds the
+    expanded prompt, the image processor's inputs for the trainer, and log-probs equal to the
+    model's forward over the image and the tokens (the trainer's side of the check)."""
+    import asyncio
+
+    from trinity.launcher.engines.wrapper import EngineModelWrapper
+
+    tokenizer, processor, model = parts
+    engine = _engine(vlm_dir)
+
+    async def chat():
+        wrapper = await EngineModelWrapper.create(engine)
+        return await wrapper.chat_async(ask(squares(3)), n=2, temperature=1.0)
+
+    exps = asyncio.run(chat())
+    assert len(exps) == 2
+    expected = render_vl_prompt(tokenizer, processor, ask(squares(3)))
+    for exp in exps:
+        assert exp.tokens[: exp.prompt_length].tolist() == expected.prompt_ids
+        mm = exp.multi_modal_inputs
+        assert set(mm) == {"pixel_values", "image_grid_thw"}
+        assert torch.equal(mm["pixel_values"], expected.multi_modal_inputs["pixel_values"])
+        with torch.no_grad():
+            logits = model(input_ids=exp.tokens[None], **mm).logits[0, :-1]
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, exp.tokens[1:, None])[:, 0]
+        torch.testing.assert_close(exp.logprobs, lp[exp.prompt_length - 1 :], atol=1e-5, rtol=1e-5)
+
+
+def test_an_image_experience_round_trips_its_image_inputs(vlm_dir):
+    import asyncio
+
+    from trinity.common.experience import Experience
+
+    [exp] = asyncio.run(_engine(vlm_dir).chat(ask(squares(2))))
+    [back] = Experience.deserialize_many(Experience.serialize_many([exp]))
+    for key, value in exp.multi_modal_inputs.items():
+        assert torch.equal(back.multi_modal_inputs[key], value)
+
+
+def test_an_image_for_a_text_model_or_an_engine_without_images_says_so(tmp_path, vlm_dir):
+    import asyncio
+
+    from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings
+
+    text_engine = _engine(build_tiny_model(tmp_path / "text"))
+    with pytest.raises(ValueError, match="the model reads text only"):
+        asyncio.run(text_engine.chat(ask(squares(1))))
+
+    class TextOnly(BaseRolloutEngine):
+        pass
+
+    other = TextOnly(EngineSettings(model_path=str(vlm_dir), engine_type="vllm"))
+    with pytest.raises(ValueError, match="engine_type 'vllm' does not read images yet"):
+        asyncio.run(other.chat(ask(squares(1))))

@@ -10,6 +10,12 @@ templates, ``n`` samples and the shape of the returned Experiences are written o
 * ``_sample(prompt_ids, params) -> list[Sample]`` -- ``params["n"]`` continuations;
 * ``_score(token_ids, temperature) -> Tensor`` -- logprob of every token given its prefix.
 
+An engine that reads images (``supports_images``) takes ``multi_modal_inputs`` (the image
+processor's ``pixel_values`` and ``image_grid_thw``, see
+:mod:`trinity.launcher.engines.mm_inputs`) as a keyword of ``_sample``; a chat whose messages
+hold image parts is rendered with the model's image processor and its Experiences carry those
+inputs for the trainer.
+
 Logprob convention (all engines, and the trainer): the logprob of a token is taken from
 ``log_softmax(logits / temperature)``, the distribution it was sampled from before top-k/top-p
 truncation. ``temperature == 0`` (greedy) scores with temperature 1.
@@ -28,6 +34,7 @@ import torch
 from torch import Tensor
 
 from trinity.common.experience import Experience
+from trinity.common.models.mm_utils import has_multi_modal_content
 from trinity.common.models.utils import prompt_truncated_experiences
 from trinity.utils.log import get_logger
 
@@ -87,6 +94,8 @@ class Draws:
     first_model_version: Optional[int] = None
     #: seconds the request spent frozen while new weights were loaded under it
     paused_s: float = 0.0
+    #: an image prompt's ``pixel_values`` and ``image_grid_thw`` (None for text)
+    multi_modal_inputs: Optional[dict[str, Tensor]] = None
 
 
 def assemble_experiences(draws: Draws) -> list[Experience]:
@@ -114,6 +123,7 @@ def assemble_experiences(draws: Draws) -> list[Experience]:
             truncate_status="response_truncated" if s.finish_reason == "length" else None,
             model_version=first,
             info=dict(info),
+            multi_modal_inputs=draws.multi_modal_inputs,
         )
         for s in draws.samples
     ]
@@ -225,6 +235,8 @@ class BaseRolloutEngine:
     #: seconds running requests have spent frozen under weight loads (in-flight updates)
     #: since the engine started; a request's share is how much it grew while the request ran
     paused_s: float = 0.0
+    #: whether ``_sample`` takes ``multi_modal_inputs`` (image prompts)
+    supports_images: bool = False
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
@@ -236,6 +248,7 @@ class BaseRolloutEngine:
         #: ``(call, model version)`` of each generate / score / sleep / update_weights /
         #: wake_up, in order: what mode colocate checks and reports (:meth:`take_call_log`)
         self.call_log: deque[tuple[str, int]] = deque(maxlen=CALL_LOG_SIZE)
+        self._image_processor: Any = None
 
     # ------------------------------------------------------------------ primitives
     async def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
@@ -372,7 +385,31 @@ class BaseRolloutEngine:
     async def draw_chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Draws:
         """:meth:`chat`'s samples, not yet Experiences (see :meth:`draw`)."""
         tools = kwargs.pop("tools", None)
+        if has_multi_modal_content(messages):
+            prompt = self._render_images(messages, tools)
+            return await self.draw(prompt.prompt_ids, kwargs, prompt.multi_modal_inputs or None)
         return await self.draw(self.apply_chat_template(messages, True, tools), kwargs)
+
+    def _render_images(self, messages: list[dict[str, Any]], tools: Optional[list[Any]]) -> Any:
+        """``messages`` with image parts as a :class:`~trinity.launcher.engines.mm_inputs.
+        VLPrompt` (ids plus the image processor's outputs)."""
+        from trinity.launcher.engines.mm_inputs import load_image_processor, render_vl_prompt
+
+        name = self.settings.display_name
+        if not self.supports_images:
+            raise ValueError(
+                f"{name}: the messages hold images and engine_type "
+                f"{self.settings.engine_type!r} does not read images yet; use engine_type "
+                "'transformers' (docs/vlm.md)"
+            )
+        if self._image_processor is None:
+            self._image_processor = load_image_processor(self.settings.model_path)
+        if self._image_processor is None:
+            raise ValueError(
+                f"{name}: the messages hold images and the model reads text only (its "
+                "directory has no preprocessor_config.json); use a vision-language model"
+            )
+        return render_vl_prompt(self.tokenizer, self._image_processor, messages, True, tools)
 
     async def draw_generate(self, prompt: str, **kwargs: Any) -> Draws:
         """:meth:`generate`'s samples, not yet Experiences (see :meth:`draw`)."""
@@ -434,8 +471,14 @@ class BaseRolloutEngine:
             params["max_tokens"] = 1024
         return params
 
-    async def draw(self, prompt_ids: list[int], kwargs: dict[str, Any]) -> Draws:
-        """``kwargs['n']`` samples of a tokenized prompt, not yet Experiences.
+    async def draw(
+        self,
+        prompt_ids: list[int],
+        kwargs: dict[str, Any],
+        multi_modal_inputs: Optional[dict[str, Tensor]] = None,
+    ) -> Draws:
+        """``kwargs['n']`` samples of a tokenized prompt, not yet Experiences
+        (``multi_modal_inputs``: an image prompt's, see :meth:`draw_chat`).
 
         :func:`assemble_experiences` turns them into what :meth:`chat` / :meth:`generate`
         return. A wrapper over this engine's actor asks for :meth:`draw_chat` /
@@ -450,6 +493,11 @@ class BaseRolloutEngine:
         if limit is None and self.settings.max_model_len:
             limit = self.settings.max_model_len - 1
         if limit is not None and len(prompt_ids) > limit:
+            if multi_modal_inputs:
+                raise ValueError(
+                    f"an image prompt of {len(prompt_ids)} tokens is longer than "
+                    f"max_prompt_tokens={limit}, and cutting it would cut its images"
+                )
             if not self.settings.enable_prompt_truncation:
                 raise ValueError(
                     f"prompt has {len(prompt_ids)} tokens > max_prompt_tokens={limit} and "
@@ -459,7 +507,10 @@ class BaseRolloutEngine:
             return Draws(prompt_ids, text, [], self.model_version, n=n, truncated_at=limit)
         params = self.sampling_params(kwargs, len(prompt_ids))
         first_version, paused_before = self.model_version, self.paused_s
-        samples = await self._sample(prompt_ids, params)
+        if multi_modal_inputs:
+            samples = await self._sample(prompt_ids, params, multi_modal_inputs=multi_modal_inputs)
+        else:
+            samples = await self._sample(prompt_ids, params)
         skip = bool(params.get("skip_special_tokens", True))
         for s in samples:
             if s.text is None:
@@ -472,6 +523,7 @@ class BaseRolloutEngine:
             n=n,
             first_model_version=first_version,
             paused_s=self.paused_s - paused_before,
+            multi_modal_inputs=multi_modal_inputs,
         )
 
     async def serves_draws(self) -> bool:

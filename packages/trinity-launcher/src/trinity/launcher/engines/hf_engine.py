@@ -17,6 +17,10 @@ LoRA (``EngineSettings.lora``): an update that is an adapter (PEFT names) is che
 the run's adapter and loaded with peft (``set_peft_model_state_dict``; the model is wrapped
 with the run's ``LoraConfig`` on the first one, or with a continued adapter from the start);
 full weights unload the adapter and replace the base.
+
+A vision-language model (a directory with an image processor, e.g. the ``vlm`` tiny preset)
+is loaded with ``AutoModelForImageTextToText`` and generates from image prompts: the image
+processor's outputs go to ``generate`` beside the ids (``supports_images``).
 """
 
 from __future__ import annotations
@@ -45,7 +49,10 @@ _DTYPES = {
 
 
 class TransformersEngine(BaseRolloutEngine):
-    """A causal LM loaded with ``AutoModelForCausalLM`` on CUDA when present, else CPU."""
+    """A causal LM loaded with ``AutoModelForCausalLM`` (a vision-language model with
+    ``AutoModelForImageTextToText``) on CUDA when present, else CPU."""
+
+    supports_images = True
 
     def __init__(self, settings: EngineSettings) -> None:
         super().__init__(settings)
@@ -64,12 +71,17 @@ class TransformersEngine(BaseRolloutEngine):
 
     # ------------------------------------------------------------------ lifecycle
     def _load(self) -> None:
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+        from trinity.common.models.mm_utils import should_use_processor
+
+        auto = AutoModelForCausalLM
+        if should_use_processor(self.settings.model_path):
+            auto = AutoModelForImageTextToText
         dtype = _DTYPES.get(str(self.settings.dtype).lower(), torch.float32)
         if self.device.type == "cpu" and dtype != torch.float32:
             dtype = torch.float32  # bf16 matmuls on CPU are slow and drift from the trainer
-        model = AutoModelForCausalLM.from_pretrained(
+        model = auto.from_pretrained(
             self.settings.model_path,
             dtype=dtype,
             trust_remote_code=self.settings.trust_remote_code,
@@ -100,7 +112,12 @@ class TransformersEngine(BaseRolloutEngine):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     # ------------------------------------------------------------------ primitives
-    def _generate_sync(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
+    def _generate_sync(
+        self,
+        prompt_ids: list[int],
+        params: dict[str, Any],
+        multi_modal_inputs: Optional[dict[str, Tensor]] = None,
+    ) -> list[Sample]:
         """``n`` samples of one prompt; a sample cut short by a pending weight load has
         ``finish_reason`` None (see :meth:`_resume`)."""
         from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
@@ -139,9 +156,11 @@ class TransformersEngine(BaseRolloutEngine):
         try:
             with torch.no_grad():
                 input_ids = torch.tensor([prompt_ids], device=self.device)
+                images = {k: v.to(self.device) for k, v in (multi_modal_inputs or {}).items()}
                 out = self.model.generate(
                     input_ids=input_ids,
                     attention_mask=torch.ones_like(input_ids),
+                    **images,
                     generation_config=gen_config,
                     stopping_criteria=StoppingCriteriaList([_StopForLoad()]),
                 )
@@ -200,16 +219,26 @@ class TransformersEngine(BaseRolloutEngine):
             lp = torch.log_softmax(logits / temperature, dim=-1)
             return lp.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1).cpu()
 
-    async def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
-        samples = await self._run(self._generate_sync, prompt_ids, params)
+    async def _sample(
+        self,
+        prompt_ids: list[int],
+        params: dict[str, Any],
+        multi_modal_inputs: Optional[dict[str, Tensor]] = None,
+    ) -> list[Sample]:
+        mm = multi_modal_inputs
+        samples = await self._run(self._generate_sync, prompt_ids, params, mm)
         if any(s.finish_reason is None for s in samples):
             samples = list(
-                await asyncio.gather(*(self._resume(prompt_ids, s, params) for s in samples))
+                await asyncio.gather(*(self._resume(prompt_ids, s, params, mm) for s in samples))
             )
         return self._apply_stop_strings(samples, params)
 
     async def _resume(
-        self, prompt_ids: list[int], sample: Sample, params: dict[str, Any]
+        self,
+        prompt_ids: list[int],
+        sample: Sample,
+        params: dict[str, Any],
+        multi_modal_inputs: Optional[dict[str, Tensor]] = None,
     ) -> Sample:
         """Go on with a sample that a weight load cut short: from its prompt and tokens so
         far, on the weights loaded meanwhile (the load was queued on the worker thread before
@@ -223,7 +252,9 @@ class TransformersEngine(BaseRolloutEngine):
                 "max_tokens": limit - done,
                 "min_tokens": max(0, least - done),
             }
-            [tail] = await self._run(self._generate_sync, prompt_ids + sample.token_ids, more)
+            [tail] = await self._run(
+                self._generate_sync, prompt_ids + sample.token_ids, more, multi_modal_inputs
+            )
             sample = Sample(
                 sample.token_ids + tail.token_ids,
                 sample.logprobs + tail.logprobs,
