@@ -218,3 +218,34 @@ def test_an_image_for_a_text_model_or_an_engine_without_images_says_so(tmp_path,
     other = TextOnly(EngineSettings(model_path=str(vlm_dir), engine_type="vllm"))
     with pytest.raises(ValueError, match="engine_type 'vllm' does not read images yet"):
         asyncio.run(other.chat(ask(squares(1))))
+
+
+def test_simple_mm_workflow_runs_on_the_tiny_vlm(vlm_dir):
+    """Trinity-RFT's simple_mm_workflow, a row whose image is PNG bytes (a ``datasets`` Image
+    column stored undecoded): every answer is scored and carries the image's inputs."""
+    import asyncio
+    import io
+
+    from trinity.common.config import FormatConfig, GenerationConfig
+    from trinity.common.workflows import Task, run_task_async
+    from trinity.launcher.engines.wrapper import EngineModelWrapper
+
+    buffer = io.BytesIO()
+    squares(2).save(buffer, format="PNG")
+    task = Task(
+        workflow="simple_mm_workflow",
+        raw_task={"problem": "How many?", "answer": "2", "images": [{"bytes": buffer.getvalue()}]},
+        format_args=FormatConfig(prompt_key="problem", response_key="answer", image_key="images"),
+        reward_fn="arithmetic_reward",
+        repeat_times=3,
+        rollout_args=GenerationConfig(temperature=1.0, max_tokens=4),
+    )
+
+    async def go():
+        return await run_task_async(task, await EngineModelWrapper.create(_engine(vlm_dir)))
+
+    exps, _ = asyncio.run(go())
+    assert len(exps) == 3 and [e.eid.run for e in exps] == [0, 1, 2]
+    for exp in exps:
+        assert exp.reward in (0.0, 1.0)
+        assert exp.multi_modal_inputs["image_grid_thw"].tolist() == [[1, 8, 8]]

@@ -35,12 +35,26 @@ def _issues(data: dict[str, Any]) -> list[Any]:
 def test_a_trinity_rft_workflow_not_shipped_is_not_supported_yet(
     tmp_path: Path, model_path: str
 ) -> None:
-    data = _config(tmp_path, model_path, default_workflow_type="simple_mm_workflow")
+    data = _config(tmp_path, model_path, default_workflow_type="agentscopev0_react_math_workflow")
     (issue,) = _issues(data)  # once: the taskset and its tasksets[0] mirror are one task set
     assert issue.path == "buffer.explorer_input.taskset.default_workflow_type"
-    assert "'simple_mm_workflow' is a Trinity-RFT 0.6 workflow that is not supported yet" in (
-        issue.message
+    assert (
+        "'agentscopev0_react_math_workflow' is a Trinity-RFT 0.6 workflow that is not "
+        "supported yet" in issue.message
     )
+
+
+def test_images_need_an_engine_that_reads_them(tmp_path: Path, model_path: str) -> None:
+    """simple_mm_workflow sends images: with the default vLLM engine (which does not read
+    them yet) the config is refused at the engine type; with transformers it is valid."""
+    data = _config(tmp_path, model_path, default_workflow_type="simple_mm_workflow")
+    data["buffer"]["explorer_input"]["taskset"]["format"] = {"image_key": "images"}
+    (issue,) = _issues(data)
+    assert issue.path == "explorer.rollout_model.engine_type" and issue.value == "vllm"
+    assert "'simple_mm_workflow' sends images" in issue.message
+    assert "not supported yet" in issue.message and "transformers" in issue.message
+    data["explorer"] = {"rollout_model": {"engine_type": "transformers"}}
+    validate_config(data)
 
 
 def test_an_unknown_workflow_keeps_its_did_you_mean(tmp_path: Path, model_path: str) -> None:

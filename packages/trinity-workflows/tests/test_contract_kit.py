@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from trinity.common.config import FormatConfig
 from trinity.common.models.testing import FakeModelWrapper, format_tool_call
 from trinity.common.rewards import REWARD_FUNCTIONS
 from trinity.common.workflows import WORKFLOWS
@@ -136,6 +137,17 @@ def _email_agent(messages, sample_index):
     return format_tool_call("generate_response", {"answer": "Houston", "sources": ["<m1>"]})
 
 
+# the images are references the workflow places in the message (the fake model reads no pixels)
+MM_FORMAT = FormatConfig(image_key="images")
+MM = {
+    "raw_task": {"prompt": "<image> How many squares?", "response": "2", "images": ["two.png"]},
+    "format_args": MM_FORMAT,
+}
+MM_OTHER = {
+    "raw_task": {"prompt": "How many?", "response": "3", "images": ["three.png"]},
+    "format_args": MM_FORMAT,
+}
+
 SUDOKU = [[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 0]]
 SUDOKU_OTHER = [[0, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 0, 1]]
 
@@ -146,6 +158,16 @@ WORKFLOW_ATTRS = {
         "task_args": MATH,
         "other_task_args": MATH_OTHER,
         "responses": ["4", "5"],
+    },
+    "simple_mm_workflow": {
+        "task_args": MM,
+        "other_task_args": MM_OTHER,
+        "responses": ["\\boxed{2}", "\\boxed{5}"],
+    },
+    "async_simple_mm_workflow": {
+        "task_args": MM,
+        "other_task_args": MM_OTHER,
+        "responses": ["\\boxed{2}", "\\boxed{5}"],
     },
     "math_workflow": {
         "task_args": MATH,

@@ -25,10 +25,6 @@ logger = get_logger(__name__)
 #: config naming one is told the workflow is not supported yet and why, rather than that it is
 #: unknown; a plugin registering the name is used as usual. (A test checks that none of them is
 #: registered.)
-_MM = (
-    "vision-language tasks (images in the messages, the processor's inputs through the engine "
-    "and the trainer) are not supported yet"
-)
 TRINITY_RFT_WORKFLOWS_NOT_SHIPPED: dict[str, str] = {
     "agentscope_v1_react_search_workflow": (
         "its search tools are MCP servers (tavily-mcp or mcp-searxng over stdio, started with "
@@ -40,8 +36,6 @@ TRINITY_RFT_WORKFLOWS_NOT_SHIPPED: dict[str, str] = {
         "it is written for agentscope 0.x, which cannot be installed beside agentscope 1.x; "
         "agentscope_react_math_workflow is the same task on agentscope 1.x"
     ),
-    "async_simple_mm_workflow": _MM,
-    "simple_mm_workflow": _MM,
 }
 
 #: Reward functions Trinity-RFT's users name that this release does not ship, with the reason.
@@ -123,6 +117,8 @@ def check_component_names(config: Config, warnings: Optional[list[str]] = None) 
                     )
                 )
                 continue
+            if isinstance(cls, type) and getattr(cls, "reads_images", False):
+                issues += _image_engine_issues(config, where, field, name)
             if isinstance(cls, type):
                 loc = ("buffer", "explorer_input", *_where_loc(where), args_field)
                 found, warned = check_component_args(
@@ -138,6 +134,29 @@ def check_component_names(config: Config, warnings: Optional[list[str]] = None) 
         logger.warning(line)
     if issues:
         raise ConfigError(issues)
+
+
+#: engine types that generate from image prompts (docs/vlm.md)
+IMAGE_ENGINE_TYPES = ("transformers",)
+
+
+def _image_engine_issues(config: Config, where: str, field: str, name: str) -> list[ConfigIssue]:
+    """A workflow that sends images needs a rollout engine that reads them."""
+    engine_type = config.explorer.rollout_model.engine_type
+    if engine_type in IMAGE_ENGINE_TYPES:
+        return []
+    return [
+        ConfigIssue(
+            path="explorer.rollout_model.engine_type",
+            message=(
+                f"buffer.explorer_input.{where}.{field} {name!r} sends images, and images "
+                f"with engine_type {engine_type!r} are not supported yet; allowed with images: "
+                f"{', '.join(IMAGE_ENGINE_TYPES)} (vLLM's image support: docs/vlm.md)"
+            ),
+            value=engine_type,
+            kind="not_supported",
+        )
+    ]
 
 
 def _where_loc(where: str) -> tuple[Union[str, int], ...]:

@@ -259,13 +259,10 @@ UNSUPPORTED_FIELDS: dict[tuple[str, str], tuple[_Check, str]] = {
         "MoE router replay is not supported yet (the engines do not return routed experts); "
         "allowed: false",
     ),
-    ("FormatConfig", "image_key"): (
-        _only(None),
-        "multi-modal task sets are not supported yet (no workflow reads images); allowed: null",
-    ),
     ("FormatConfig", "video_key"): (
         _only(None),
-        "multi-modal task sets are not supported yet (no workflow reads videos); allowed: null",
+        "videos in task sets are not supported yet (simple_mm_workflow reads images only); "
+        "allowed: null",
     ),
     ("StorageConfig", "enable_progress_bar"): (
         _only(False),
