@@ -10,9 +10,14 @@ import json
 
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from vlm_data import ask, squares
 
-from trinity.launcher.engines.mm_inputs import IMAGE_PAD, load_image_processor, render_vl_prompt
+from trinity.launcher.engines.mm_inputs import (
+    IMAGE_PAD,
+    load_image_processor,
+    mm_token_type_ids,
+    render_vl_prompt,
+)
 from trinity.launcher.tiny_model import PRESETS, build_tiny_model
 
 
@@ -28,24 +33,6 @@ def parts(vlm_dir):
     tokenizer = AutoTokenizer.from_pretrained(vlm_dir)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(vlm_dir).eval()
     return tokenizer, load_image_processor(vlm_dir), model
-
-
-def squares(n: int, size: tuple[int, int] = (112, 112)) -> Image.Image:
-    image = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(image)
-    for i in range(n):
-        x, y = 6 + (i % 3) * 34, 6 + (i // 3) * 50
-        draw.rectangle([x, y, x + 20, y + 20], fill="black")
-    return image
-
-
-def ask(image) -> list[dict]:
-    return [
-        {
-            "role": "user",
-            "content": [{"type": "image", "image": image}, {"type": "text", "text": "How many?"}],
-        }
-    ]
 
 
 def test_the_preset_is_a_qwen2_5_vl_with_its_image_processor(vlm_dir):
@@ -70,7 +57,7 @@ def test_an_image_becomes_its_token_count_of_placeholders(parts):
     assert prompt.multi_modal_inputs["pixel_values"].shape[0] == int(grid.prod())
     text = tokenizer.decode(prompt.prompt_ids)
     assert text.startswith("<|im_start|>user\n<|vision_start|>" + IMAGE_PAD)
-    assert text.endswith("<|vision_end|>How many?<|im_end|>\n<|im_start|>assistant\n")
+    assert text.endswith("<|vision_end|>=<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_openai_image_url_parts_and_hf_image_dicts_render_alike(parts, tmp_path):
@@ -86,7 +73,7 @@ def test_openai_image_url_parts_and_hf_image_dicts_render_alike(parts, tmp_path)
             "role": "user",
             "content": [
                 {"type": "image_url", "image_url": {"url": url}},
-                {"type": "text", "text": "How many?"},
+                {"type": "text", "text": "="},
             ],
         }
     ]
@@ -186,8 +173,13 @@ def test_the_transformers_engine_chats_about_an_image_through_a_model_wrapper(vl
         mm = exp.multi_modal_inputs
         assert set(mm) == {"pixel_values", "image_grid_thw"}
         assert torch.equal(mm["pixel_values"], expected.multi_modal_inputs["pixel_values"])
+        image_token = model.config.image_token_id
         with torch.no_grad():
-            logits = model(input_ids=exp.tokens[None], **mm).logits[0, :-1]
+            logits = model(
+                input_ids=exp.tokens[None],
+                mm_token_type_ids=mm_token_type_ids(exp.tokens[None], image_token),
+                **mm,
+            ).logits[0, :-1]
         lp = torch.log_softmax(logits.float(), -1).gather(-1, exp.tokens[1:, None])[:, 0]
         torch.testing.assert_close(exp.logprobs, lp[exp.prompt_length - 1 :], atol=1e-5, rtol=1e-5)
 

@@ -26,9 +26,10 @@ always give the same weights and tokenizer files):
   (:data:`ARITHMETIC_CHAT_TEMPLATE`): ``"2+4="`` asked as a user message is
   ``<|im_start|>2+4=<|im_end|><|im_start|>``, 7 tokens.
 
-* ``vlm``: a vision-language model of Qwen2.5-VL's architecture (the ``default`` text model,
-  its tokenizer with Qwen's vision tokens, a 2-block vision tower and a local image processor),
-  see :mod:`trinity.launcher.tiny_vlm`.
+* ``vlm``: a vision-language model of Qwen2.5-VL's architecture (the text model of the other
+  presets, the ``arithmetic`` vocabulary plus Qwen's vision tokens, so a first guess at a
+  count is often a digit; a 2-block vision tower and a local image processor), see
+  :mod:`trinity.launcher.tiny_vlm`.
 
 The ``default`` preset's chat template is Qwen2.5's (:data:`QWEN_CHAT_TEMPLATE`), tools included.
 """
@@ -186,7 +187,7 @@ PRESETS: dict[str, TinyModelSpec] = {
     "default": TinyModelSpec(),
     "arithmetic": ARITHMETIC_SPEC,
     "realistic": REALISTIC_SPEC,
-    "vlm": TinyModelSpec(vision_depth=2),
+    "vlm": TinyModelSpec(vision_depth=2, tokenizer="arithmetic", initializer_range=0.1),
 }
 
 #: The ``arithmetic`` tokenizer's vocabulary, in id order (ids 0-21): three special tokens, the

@@ -5,9 +5,10 @@ vision tower of ``depth`` blocks whose patches are merged 2 x 2 into tokens of t
 model, multimodal rotary positions), small enough to build in a second and to train on a CPU.
 The directory holds what a downloaded Qwen2.5-VL holds and nothing from a hub:
 
-* ``config.json`` and ``model.safetensors``: text hidden 64 in 2 layers (as the ``default``
-  preset), vision hidden 32 in ``vision_depth`` blocks of one 32-wide head;
-* ``tokenizer.json``: the ``default`` preset's byte-level BPE plus Qwen's vision tokens
+* ``config.json`` and ``model.safetensors``: text hidden 64 in 2 layers (as the other
+  presets), vision hidden 32 in ``vision_depth`` blocks of one 32-wide head;
+* ``tokenizer.json``: the ``arithmetic`` presets' vocabulary (digits, ``+-*=``, space,
+  newline, chat words; other characters are dropped) plus Qwen's vision tokens
   (``<|vision_start|>``, ``<|vision_end|>``, ``<|image_pad|>``, ``<|video_pad|>``), with
   :data:`VL_CHAT_TEMPLATE`, which writes an image part of a message as
   ``<|vision_start|><|image_pad|><|vision_end|>``;
@@ -26,16 +27,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trinity.launcher.engines.mm_inputs import VISION_TOKENS
+
 __all__ = [
     "IMAGE_MAX_PIXELS",
     "IMAGE_MIN_PIXELS",
-    "VISION_TOKENS",
     "VL_CHAT_TEMPLATE",
     "write_tiny_vlm",
 ]
 
-#: Qwen2-VL's vision tokens, in the order they are added to the tokenizer.
-VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 
 #: Images are resized to between these pixel counts (kept multiples of 28 x 28): 4 to 16
 #: tokens per image after the 2 x 2 merge.
@@ -71,7 +71,7 @@ def write_tiny_vlm(path: Path, spec: Any, tokenizer: Any) -> None:
         path: the model directory (created by the caller).
         spec: a :class:`~trinity.launcher.tiny_model.TinyModelSpec` whose ``vision_depth`` is
             at least 1; its text sizes shape the language model.
-        tokenizer: the text tokenizer (``default`` preset's BPE); changed in place.
+        tokenizer: the text tokenizer of ``spec.tokenizer``; changed in place.
     """
     import torch
     from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration

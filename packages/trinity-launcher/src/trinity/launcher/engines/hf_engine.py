@@ -68,6 +68,8 @@ class TransformersEngine(BaseRolloutEngine):
         self._load_pending = threading.Event()
         #: a generate stopped for the pending load (its request stands paused until it)
         self._aborted_for_load = False
+        #: a vision-language model's vision tokens: never sampled (they mark image inputs)
+        self._suppress_tokens: Optional[list[int]] = None
 
     # ------------------------------------------------------------------ lifecycle
     def _load(self) -> None:
@@ -77,7 +79,10 @@ class TransformersEngine(BaseRolloutEngine):
 
         auto = AutoModelForCausalLM
         if should_use_processor(self.settings.model_path):
+            from trinity.launcher.engines.mm_inputs import vision_token_ids
+
             auto = AutoModelForImageTextToText
+            self._suppress_tokens = vision_token_ids(self.tokenizer) or None
         dtype = _DTYPES.get(str(self.settings.dtype).lower(), torch.float32)
         if self.device.type == "cpu" and dtype != torch.float32:
             dtype = torch.float32  # bf16 matmuls on CPU are slow and drift from the trainer
@@ -144,6 +149,7 @@ class TransformersEngine(BaseRolloutEngine):
             repetition_penalty=float(params.get("repetition_penalty", 1.0)),
             num_return_sequences=n,
             eos_token_id=None if params.get("ignore_eos") else (eos or None),
+            suppress_tokens=self._suppress_tokens,
             pad_token_id=self.tokenizer.pad_token_id,
             return_dict_in_generate=True,
             output_logits=True,
@@ -157,6 +163,11 @@ class TransformersEngine(BaseRolloutEngine):
             with torch.no_grad():
                 input_ids = torch.tensor([prompt_ids], device=self.device)
                 images = {k: v.to(self.device) for k, v in (multi_modal_inputs or {}).items()}
+                if images:  # the rotary positions over the image's grid (see mm_token_type_ids)
+                    from trinity.launcher.engines.mm_inputs import mm_token_type_ids
+
+                    image_token = int(self.model.config.image_token_id)
+                    images["mm_token_type_ids"] = mm_token_type_ids(input_ids, image_token)
                 out = self.model.generate(
                     input_ids=input_ids,
                     attention_mask=torch.ones_like(input_ids),

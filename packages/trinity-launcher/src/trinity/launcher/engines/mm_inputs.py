@@ -15,14 +15,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import torch
 from torch import Tensor
 
 from trinity.common.models.mm_utils import image_refs, load_image, should_use_processor
 
-__all__ = ["IMAGE_PAD", "VLPrompt", "load_image_processor", "render_vl_prompt"]
+__all__ = [
+    "IMAGE_PAD",
+    "VISION_TOKENS",
+    "VLPrompt",
+    "load_image_processor",
+    "mm_token_type_ids",
+    "render_vl_prompt",
+    "vision_token_ids",
+]
 
 #: The placeholder the chat template writes for an image.
 IMAGE_PAD = "<|image_pad|>"
+#: Qwen2-VL's vision tokens: they mark image (and video) inputs and are never generated.
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", IMAGE_PAD, "<|video_pad|>")
 
 
 @dataclass
@@ -91,3 +102,21 @@ def render_vl_prompt(
         {"pixel_values": processed["pixel_values"], "image_grid_thw": grid},
         images,
     )
+
+
+def mm_token_type_ids(input_ids: Tensor, image_token_id: int) -> Tensor:
+    """``[B, L]`` int: 1 on image tokens, 0 elsewhere.
+
+    ``transformers`` 5 computes a Qwen2-VL model's rotary positions over the three axes only
+    when ``mm_token_type_ids`` comes with the image inputs (its processor returns it);
+    without it the image tokens get plain text positions. The trainer computes the positions
+    from the token ids itself, so this is made where the model is called, not stored.
+    """
+    return (input_ids == image_token_id).to(torch.int32)
+
+
+def vision_token_ids(tokenizer: Any) -> list[int]:
+    """Ids of the :data:`VISION_TOKENS` the tokenizer has (an engine keeps them out of its
+    samples: one sampled into a response would read as an image placeholder)."""
+    vocab = tokenizer.get_vocab()
+    return [int(vocab[token]) for token in VISION_TOKENS if token in vocab]

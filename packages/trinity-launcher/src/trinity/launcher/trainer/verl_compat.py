@@ -52,6 +52,14 @@ What is patched on CPU, and why (verl 0.9.1 sources in ``verl/``):
    over memory-bounded chunks of rows (the quickstart's train step spent a fifth of its time in
    that loop and its backward). Only where verl would take that fallback.
 
+7. **Qwen2-VL / Qwen2.5-VL attention** (on every device): verl's replacement of their attention
+   forward is written for ``transformers`` 4 (it imports ``apply_multimodal_rotary_pos_emb``,
+   gone in 5); the Hugging Face forward is kept
+   (:func:`~trinity.launcher.trainer.verl_mm.keep_hf_vl_attention`).
+8. **Micro-batches of image rows** (on every device): verl rebuilds the ``[B, 4, j]`` nested
+   ``position_ids`` of a micro-batch with a ragged dimension torch 2.13 does not keep
+   (:func:`~trinity.launcher.trainer.verl_mm.fix_nested_ragged_dim`).
+
 Not patched, but needed on CPU (settings, chosen by :mod:`trinity.launcher.trainer.verl_engine`):
 ``attn_implementation: sdpa`` (verl's default is flash-attention 2), fp32 parameters and compute
 (bf16 autocast gives a 1e-2 logprob gap to the rollout engine), ``use_torch_compile: false``
@@ -516,6 +524,10 @@ def apply_verl_compat(device: Optional[str] = None) -> str:
         _import_verl_engines()
         _drop_verl_root_handler()
         _patch_valuehead_loader(device)
+        from trinity.launcher.trainer.verl_mm import fix_nested_ragged_dim, keep_hf_vl_attention
+
+        keep_hf_vl_attention()  # (7) and (8), on every device
+        fix_nested_ragged_dim()
         if device == "cpu":
             _register_cpu_engines()
             _fix_cached_device_names()

@@ -267,6 +267,10 @@ class VerlTrainEngine(VerlWeightsMixin):
             raise error from exc
         if self.is_lora:
             check_adapter(engine.module, s)
+        if hasattr(engine.module.config, "vision_config"):
+            from trinity.launcher.trainer.verl_mm import localize_vl_patches
+
+            localize_vl_patches(engine.module)
         logger.info(
             "verl FSDP2 engine ready on %s (%s) in %.2fs",
             self.device,
@@ -394,7 +398,28 @@ class VerlTrainEngine(VerlWeightsMixin):
                     f"batch field {name!r} has {value.shape[0]} rows, the batch has {size}"
                 )
             tensors[name] = value
-        td = left_right_2_no_padding(TensorDict(tensors, batch_size=[size]))
+        rows: list[Any] = []
+        if batch.multi_modal_inputs:  # image rows: rotary axes and the vision inputs
+            from trinity.launcher.trainer.verl_mm import mm_rows, vlm_position_ids
+
+            rows = mm_rows(batch.multi_modal_inputs)
+            tensors["position_ids"] = vlm_position_ids(
+                tensors["input_ids"],
+                attention,
+                tensors["position_ids"],
+                [row["image_grid_thw"] for row in rows],
+                self.tokenizer,
+                int(self.hf_config.vision_config.spatial_merge_size),
+                p,
+            )
+        td = TensorDict(tensors, batch_size=[size])
+        if rows:
+            td = tu.get_tensordict({**td.to_dict(), "multi_modal_inputs": rows})
+        td = left_right_2_no_padding(td)
+        if rows:
+            from trinity.launcher.trainer.verl_mm import nested_mrope_positions
+
+            td["position_ids"] = nested_mrope_positions(tensors["position_ids"], attention)
         if training:
             limit, budget = s.micro_batch_size, s.max_token_len_per_gpu
         else:
