@@ -373,3 +373,41 @@ def test_a_writer_cuts_back_to_a_recorded_position(tmp_path, kind):
     writer.write(make_exps(2, start=10))  # writing goes on after the cut
     assert len(read_all(get_buffer_reader(config))) == 5
     writer.release()
+
+
+def _image_exps(n: int) -> list[Experience]:
+    """Experiences of image prompts: the vision inputs the trainer reads travel with them."""
+    g = torch.Generator().manual_seed(0)
+    return [
+        Experience(
+            eid=EID(batch=0, task=i, run=0),
+            tokens=torch.arange(1, 12),
+            prompt_length=9,
+            logprobs=torch.randn(2, generator=g),
+            reward=float(i),
+            multi_modal_inputs={
+                "pixel_values": torch.randn(16 + 4 * i, 1176, generator=g),
+                "image_grid_thw": torch.tensor([[1, 4, 4 + i]]),
+            },
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("kind", ["sql", "jsonl", "parquet", "queue"])
+def test_image_experiences_keep_their_vision_inputs_in_every_storage(tmp_path, kind):
+    path = {"sql": "exps.db", "jsonl": "exps.jsonl", "parquet": "exps.parquet", "queue": ""}
+    storage = {"sql": "sql", "queue": "queue"}.get(kind, "file")
+    config = cfg(storage, str(tmp_path / path[kind]) if path[kind] else None, name=f"img-{kind}")
+    writer = get_buffer_writer(config)
+    exps = _image_exps(4)
+    writer.write(exps)
+    if kind == "queue":
+        back = get_buffer_reader(config).read()
+    else:
+        writer.release()
+        back = read_all(get_buffer_reader(config))
+    assert len(back) == 4
+    for got, want in zip(back, exps, strict=True):
+        for key, value in want.multi_modal_inputs.items():
+            assert torch.equal(got.multi_modal_inputs[key], value), (kind, key)
