@@ -2,8 +2,8 @@
 
 Images are drawn locally with Pillow, so the task needs no download and a tiny VLM (the
 ``vlm`` preset of :mod:`trinity.launcher.tiny_model`) can learn it on a CPU: ``n`` black squares
-of 20 pixels on a white 112 x 112 canvas, placed on a 3 x 3 grid of cells chosen at random
-(seeded), so the count is what varies and the squares never touch.
+of 20 pixels on a white 84 x 84 canvas, in cells of a 3 x 3 grid chosen at random (seeded),
+so the count is what varies and the squares never touch.
 
 ``python -m trinity.launcher.counting_task DIR [--rows N] [--seed S]`` writes ``DIR/train.jsonl``
 and ``DIR/test.jsonl``: one row per picture, ``{"question", "answer", "images": [PATH]}`` with
@@ -20,9 +20,10 @@ from typing import Any, Optional
 __all__ = ["COUNTING_QUESTION", "draw_squares", "write_counting_taskset"]
 
 COUNTING_QUESTION = "How many squares?"
-_CANVAS = 112
+#: 3 x 3 cells of 28 pixels: with the ``vlm`` preset's 14-pixel patches merged 2 x 2, each
+#: cell is exactly one image token, so the count is the number of dark tokens
+_CANVAS = 84
 _SQUARE = 20
-_CELL = _CANVAS // 3
 
 
 def draw_squares(count: int, seed: int = 0, size: tuple[int, int] = (_CANVAS, _CANVAS)) -> Any:

@@ -42,6 +42,7 @@ from typing import Any, Optional
 
 from trinity.common.experience import Experience
 from trinity.common.workflows import Task
+from trinity.launcher.ray_refs import await_ref, cancel_and_settle, crash_errors, kill
 from trinity.launcher.workflow_runner import (  # noqa: F401 - re-exported
     MAX_IDLE_WORKFLOWS,
     WorkflowRunner,
@@ -159,16 +160,6 @@ def _merge_chunks(task: Task, parts: list[TaskResult]) -> TaskResult:
         seconds=max(p.seconds for p in parts),
         runner_id=parts[-1].runner_id,
     )
-
-
-def _crash_errors() -> tuple[type[BaseException], ...]:
-    from ray.exceptions import RayActorError, WorkerCrashedError
-
-    return (RayActorError, WorkerCrashedError)
-
-
-async def _await_ref(ref: Any) -> Any:
-    return await ref
 
 
 class RunnerPool:
@@ -363,9 +354,9 @@ class RunnerPool:
             handle = self._create_actor(slot, runner_id)
             self._starting_handles[runner_id] = handle  # so that shutdown() can kill it
         try:
-            await asyncio.wait_for(_await_ref(handle.ready.remote()), self.start_timeout)
+            await asyncio.wait_for(await_ref(handle.ready.remote()), self.start_timeout)
         except BaseException as exc:
-            _kill(handle)
+            kill(handle)
             if isinstance(exc, asyncio.TimeoutError):
                 raise RuntimeError(
                     f"workflow runner {runner_id} did not start within {self.start_timeout:.0f} s"
@@ -450,7 +441,7 @@ class RunnerPool:
         """Kill retired runners that no longer run any task of ours."""
         for runner in list(self._retired):
             if runner.in_flight == 0:
-                _kill(runner.handle)
+                kill(runner.handle)
                 runner.killed = True
                 self._retired.remove(runner)
 
@@ -469,12 +460,12 @@ class RunnerPool:
         self._starting.clear()
         self._restarting.clear()
         for handle in self._starting_handles.values():
-            _kill(handle)
+            kill(handle)
         self._starting_handles.clear()
         self._prestarted.clear()
         for runner in [*self._slots, *self._retired]:
             if runner is not None and not runner.killed:
-                _kill(runner.handle)
+                kill(runner.handle)
                 runner.killed = True
         self._slots = [None] * self.size
         self._retired.clear()
@@ -501,13 +492,13 @@ class RunnerPool:
         ``("crash", msg)``."""
         try:
             ref = runner.handle.run_task.remote(state.result.task, state.run_id_base)
-            result = await asyncio.wait_for(_await_ref(ref), self.max_timeout)
+            result = await asyncio.wait_for(await_ref(ref), self.max_timeout)
         except asyncio.TimeoutError:
             # Cancel the task before its runner is replaced: Ray's recursive cancel also
             # cancels the engine calls it is waiting on. Killing the runner alone would leave
             # them queued on the engine, and the next tasks would wait behind abandoned work
             # (on a loaded machine each then times out in turn).
-            await _cancel_and_settle(ref)
+            await cancel_and_settle(ref)
             message = (
                 f"timeout: no result within explorer.max_timeout ({self.max_timeout:g} s) "
                 f"on workflow runner {runner.runner_id}"
@@ -527,7 +518,7 @@ class RunnerPool:
                         f"rollout engine {runner.engine_index} died ({dead}):\n{message}"
                     )
             return "timeout", message
-        except _crash_errors() as exc:
+        except crash_errors() as exc:
             return "crash", f"workflow runner {runner.runner_id} died: {exc}"
         except Exception as exc:  # e.g. the task could not be sent (unpicklable arguments)
             return "error", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -678,38 +669,3 @@ class RunnerPool:
             metrics["runner/task_seconds/mean"] = sum(task_seconds) / len(task_seconds)
             metrics["runner/task_seconds/max"] = max(task_seconds)
         return metrics
-
-
-def _cancel(ref: Any) -> None:
-    """Best-effort ``ray.cancel`` (recursive: the calls the task made are cancelled too)."""
-    try:
-        import ray
-
-        ray.cancel(ref, recursive=True)
-    except Exception:  # finished meanwhile, its actor is dead, or Ray is shutting down
-        pass
-
-
-_CANCEL_SETTLE_S = 5.0
-
-
-async def _cancel_and_settle(ref: Any) -> None:
-    """Cancel ``ref`` (recursively) and wait, up to ``_CANCEL_SETTLE_S``, until it ends.
-
-    The runner executing ``ref`` forwards the cancel to the engine calls it owns; if the
-    runner were killed first (it is replaced right after a timeout), those calls would keep
-    running on the engine with nobody to cancel them."""
-    _cancel(ref)
-    try:
-        await asyncio.wait_for(_await_ref(ref), _CANCEL_SETTLE_S)
-    except Exception:  # TaskCancelledError (the usual end), a timeout, or the runner died
-        pass
-
-
-def _kill(handle: Any) -> None:
-    try:
-        import ray
-
-        ray.kill(handle, no_restart=True)
-    except Exception:  # already dead, or Ray is shutting down
-        pass

@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 __all__ = [
     "ARITHMETIC_CHAT_TEMPLATE",
@@ -309,6 +309,19 @@ def _bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(printable, chars, strict=True)}
 
 
+def seeded_model(model_class: Any, config: Any, seed: int) -> Any:
+    """``model_class(config)`` with random weights from ``seed``; the global torch generator is
+    left as it was."""
+    import torch
+
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        return model_class(config)
+    finally:
+        torch.random.set_rng_state(generator_state)
+
+
 def build_tiny_model(
     path: Union[str, Path], spec: Optional[TinyModelSpec] = None, *, overwrite: bool = False
 ) -> Path:
@@ -321,7 +334,6 @@ def build_tiny_model(
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
     """
-    import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     spec = spec or TinyModelSpec()
@@ -366,12 +378,7 @@ def build_tiny_model(
         initializer_range=spec.initializer_range,
         dtype="float32",
     )
-    generator_state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(spec.seed)
-        model = Qwen2ForCausalLM(config)
-    finally:
-        torch.random.set_rng_state(generator_state)
+    model = seeded_model(Qwen2ForCausalLM, config, spec.seed)
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id,

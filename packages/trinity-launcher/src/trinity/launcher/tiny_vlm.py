@@ -73,11 +73,12 @@ def write_tiny_vlm(path: Path, spec: Any, tokenizer: Any) -> None:
             at least 1; its text sizes shape the language model.
         tokenizer: the text tokenizer of ``spec.tokenizer``; changed in place.
     """
-    import torch
     from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil,
     )
+
+    from trinity.launcher.tiny_model import seeded_model
 
     tokenizer.add_special_tokens(
         {"additional_special_tokens": ["<|im_start|>", "<|im_end|>", *VISION_TOKENS]}
@@ -129,12 +130,7 @@ def write_tiny_vlm(path: Path, spec: Any, tokenizer: Any) -> None:
         tie_word_embeddings=True,
         dtype="float32",
     )
-    generator_state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(spec.seed)
-        model = Qwen2_5_VLForConditionalGeneration(config)
-    finally:
-        torch.random.set_rng_state(generator_state)
+    model = seeded_model(Qwen2_5_VLForConditionalGeneration, config, spec.seed)
     model.generation_config = GenerationConfig(
         bos_token_id=token("<|endoftext|>"),
         eos_token_id=token("<|im_end|>"),
