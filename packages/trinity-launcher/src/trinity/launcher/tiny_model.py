@@ -39,7 +39,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional, Union
+
+from trinity.launcher.tiny_weights import seeded_model
 
 __all__ = [
     "ARITHMETIC_CHAT_TEMPLATE",
@@ -307,19 +309,6 @@ def _bytes_to_unicode() -> dict[int, str]:
             chars.append(256 + extra)
             extra += 1
     return {b: chr(c) for b, c in zip(printable, chars, strict=True)}
-
-
-def seeded_model(model_class: Any, config: Any, seed: int) -> Any:
-    """``model_class(config)`` with random weights from ``seed``; the global torch generator is
-    left as it was."""
-    import torch
-
-    generator_state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
-        return model_class(config)
-    finally:
-        torch.random.set_rng_state(generator_state)
 
 
 def build_tiny_model(

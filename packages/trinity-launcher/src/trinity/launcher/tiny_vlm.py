@@ -78,7 +78,7 @@ def write_tiny_vlm(path: Path, spec: Any, tokenizer: Any) -> None:
         Qwen2VLImageProcessorPil,
     )
 
-    from trinity.launcher.tiny_model import seeded_model
+    from trinity.launcher.tiny_weights import seeded_model
 
     tokenizer.add_special_tokens(
         {"additional_special_tokens": ["<|im_start|>", "<|im_end|>", *VISION_TOKENS]}
