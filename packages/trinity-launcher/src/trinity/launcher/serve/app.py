@@ -233,13 +233,27 @@ class _Proxy:
         self, upstream: Any, messages: list[Any], version: int
     ) -> AsyncIterator[bytes]:
         """Pass the engine's events on (each chunk with ``model_version``) and record the
-        completion they add up to."""
+        completion they add up to, before the client reads the stream's end (``[DONE]``): a
+        client that has its whole answer finds it recorded (its feedback, ``/metrics``)."""
         aggregate = _StreamAggregate()
+        recorded = False
+
+        def record() -> None:
+            body = aggregate.completion()
+            if body is not None:
+                try:
+                    record_completion(self.service, body, messages, version)
+                except Exception as exc:
+                    logger.warning("serve: a streamed completion was not recorded: %s", exc)
+
         try:
             async for line in upstream.aiter_lines():
                 if line.startswith("data:"):
                     payload = line[5:].strip()
-                    if payload and payload != "[DONE]":
+                    if payload == "[DONE]" and not recorded:
+                        record()
+                        recorded = True
+                    elif payload and payload != "[DONE]":
                         try:
                             chunk = json.loads(payload)
                         except ValueError:
@@ -249,12 +263,8 @@ class _Proxy:
                             chunk["model_version"] = version
                             line = "data: " + json.dumps(chunk)
                 yield (line + "\n").encode()
-            body = aggregate.completion()
-            if body is not None:
-                try:
-                    record_completion(self.service, body, messages, version)
-                except Exception as exc:
-                    logger.warning("serve: a streamed completion was not recorded: %s", exc)
+            if not recorded:  # a stream that ended without [DONE]
+                record()
         finally:
             await upstream.aclose()
             self.in_flight -= 1
