@@ -100,7 +100,7 @@ HUMANEVAL_ANSWERS = [
         # the fork bomb's main process dies when its fork() hits the process limit -- or, on
         # a loaded machine, the wall-time limit stops it first. Its children's tracebacks
         # share its stderr, so the last line (the reason's) can be any line of theirs: a CI run
-        # read 'test 1: exit code 1: File "/tmp/work/main.py", line 3, in <module>'
+        # read 'test 1: exit code 1: File "<sandbox>/main.py", line 3, in <module>'
         pytest.param(
             IO_ROW,
             IO_ANSWERS,
