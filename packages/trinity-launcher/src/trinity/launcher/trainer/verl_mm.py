@@ -103,16 +103,11 @@ def keep_hf_vl_attention() -> None:
     boundaries from the text positions. So the name verl assigns from is pointed back at the
     Hugging Face forward of each class (idempotent).
     """
-    import importlib
 
     import verl.models.transformers.qwen2_vl as verl_qwen2_vl
 
     _hf_model_classes()  # their Hugging Face forwards too, for localize_vl_patches
-    for module_name, class_name in _VL_ATTENTION:
-        cls = getattr(importlib.import_module(module_name), class_name)
-        forward = cls.__dict__.get("forward")
-        if cls not in _HF_FORWARDS and getattr(forward, "__module__", "") == module_name:
-            _HF_FORWARDS[cls] = forward
+    _hf_classes(_VL_ATTENTION)
 
     def hf_attention_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         for cls in type(self).__mro__:
@@ -186,17 +181,23 @@ _VL_MODELS = (
 )
 
 
-def _hf_model_classes() -> list[type]:
+def _hf_classes(names: tuple[tuple[str, str], ...]) -> list[type]:
+    """The classes of ``names`` (module, class); each one's ``forward`` is kept in
+    :data:`_HF_FORWARDS` while it is still the Hugging Face one (before verl replaces it)."""
     import importlib
 
     classes = []
-    for module_name, class_name in _VL_MODELS:
+    for module_name, class_name in names:
         cls = getattr(importlib.import_module(module_name), class_name)
         forward = cls.__dict__.get("forward")
         if cls not in _HF_FORWARDS and getattr(forward, "__module__", "") == module_name:
             _HF_FORWARDS[cls] = forward
         classes.append(cls)
     return classes
+
+
+def _hf_model_classes() -> list[type]:
+    return _hf_classes(_VL_MODELS)
 
 
 def localize_vl_patches(module: Any) -> None:
