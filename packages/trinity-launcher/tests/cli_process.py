@@ -67,3 +67,74 @@ def kill_when(config, log, ready, timeout: float = 600):
     out = log.read_text()
     assert proc.returncode == -signal.SIGKILL, out[-4000:]
     return out
+
+
+class Preemption:
+    """What :func:`preempt_when` saw: the output, the seconds from the signal to the exit."""
+
+    def __init__(self, output: str, took: float) -> None:
+        self.output = output
+        self.took = took
+
+
+def preempt_when(config, log, ready, sig=None, timeout: float = 600, grace: float = 150):
+    """:func:`spawn_cli`, then send ``sig`` (default SIGTERM) to the driver alone -- as a
+    scheduler's first signal -- as soon as ``ready()`` is true (polled every 20 ms, at most
+    ``timeout`` s); wait at most ``grace`` s for it to exit; assert it exited with the
+    preemption status (75) and left no process of its group behind (Ray's included); return
+    its output and how long it took to exit."""
+    import os
+    import shutil
+    import signal
+    import time
+
+    sig = signal.SIGTERM if sig is None else sig
+    proc, ray_tmp = spawn_cli(config, log)
+    left: list[str] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and not ready() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, f"ended before the signal:\n{log.read_text()[-4000:]}"
+        assert ready(), f"not ready within {timeout} s:\n{log.read_text()[-4000:]}"
+        os.kill(proc.pid, sig)
+        signalled = time.monotonic()
+        proc.wait(timeout=grace)
+        took = time.monotonic() - signalled
+        left = _group_left(proc.pid)
+    finally:
+        if proc.poll() is None or left:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=60)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    out = log.read_text()
+    assert proc.returncode == 75, f"exit status {proc.returncode}:\n{out[-4000:]}"
+    assert not left, f"processes of the run left behind: {left}"
+    return Preemption(out, took)
+
+
+def _group_left(pgid: int, wait: float = 10.0) -> list[str]:
+    """The live processes of process group ``pgid`` after at most ``wait`` s (Ray's take a
+    moment to go after the driver), as ``"pid command"``."""
+    import os
+    import time
+
+    deadline = time.monotonic() + wait
+    while True:
+        left = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+            except OSError:  # gone meanwhile
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":  # (state, ppid, pgrp, ...)
+                left.append(f"{pid} {cmd}")
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.2)

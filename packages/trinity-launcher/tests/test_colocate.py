@@ -6,7 +6,8 @@ asleep, weights loaded asleep are served after waking, the call log in order); t
 command line, real engines): the quickstart in mode colocate learns and resumes after a
 kill, and every step's engine call log reads generate (at the trainer's latest version) ->
 sleep -> train -> update_weights -> wake_up; an engine killed while asleep is replaced asleep,
-with the latest weights.
+with the latest weights; a run stopped by SIGTERM (a preemption) exits 75 and the same command
+resumes it, still taking turns.
 """
 
 from __future__ import annotations
@@ -201,6 +202,53 @@ def test_colocate_quickstart_learns_taking_turns_and_resumes_after_a_kill(tmp_pa
     rewards = [r["batch/reward/mean"] for r in rows]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last - first >= 0.25, (first, last, rewards)
+    _check_turns(rows)
+
+
+@pytest.mark.slow
+def test_a_preempted_colocated_run_checkpoints_and_resumes_taking_turns(
+    tmp_path, both_config, arithmetic_tasks
+):
+    """SIGTERM to ``trinity-launch`` in mode colocate (the transformers engine, 6 steps of 4
+    tasks, no periodic checkpoint) once 2 steps are recorded: the explore step in flight is
+    abandoned, the train step in progress ends, a checkpoint of that step is written, the
+    command exits 75 well inside the grace period; the same command resumes from it, every
+    step is trained once on its own explore step's experiences, and every step took its turn
+    in order, at the trainer's latest weights."""
+    _needs("verl")
+    from cli_process import preempt_when, run_to_end
+
+    config = both_config(
+        tmp_path,
+        "colocate-term",
+        arithmetic_tasks(tmp_path, 24),  # 6 steps of 4 tasks
+        model={"max_model_len": 64},
+        trainer={"save_interval": 0},
+    )
+    config["mode"] = "colocate"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run = tmp_path / "ckpt" / "both" / config["name"]
+    records = run / "metrics.jsonl"
+    stopped = preempt_when(
+        path,
+        tmp_path / "term.log",
+        lambda: records.exists() and len(records.read_text().splitlines()) >= 2,
+    )
+    out = stopped.output
+    assert "SIGTERM received: stopping with a checkpoint" in out
+    step = int((run / "latest_checkpointed_iteration.txt").read_text())
+    assert 2 <= step < 6 and f"stopped by SIGTERM at step {step}" in out, out[-3000:]
+    assert stopped.took < 60, stopped.took  # well inside the default grace period (120 s)
+    assert [r["step"] for r in _records(run)] == list(range(1, step + 1))
+
+    out = run_to_end(path, tmp_path / "resumed.log")
+    assert f"Resuming mode colocate from global_step_{step}" in out
+    rows = _records(run)
+    assert [r["step"] for r in rows] == list(range(1, 7))  # none twice, none missing
+    for row in rows:  # each step trained on its own step's 4 tasks x 4 samples
+        ids = row["batch/experience_ids"].split()
+        assert ids == sorted(f"{row['step']}/{t}/{r}" for t in range(4) for r in range(4))
     _check_turns(rows)
 
 

@@ -1,7 +1,7 @@
 """``mode: train`` end to end through the real command line: SFT and DPO on verl's FSDP2 engine
 (CPU, gloo) from jsonl data sets, checkpoints every ``save_interval``, Hugging Face weights at the
-end, and a SIGKILLed run that, restarted with the same command, ends with exactly the weights of
-an uninterrupted run."""
+end, and a SIGKILLed run -- or one stopped by SIGTERM (a preemption: exit 75) -- that,
+restarted with the same command, ends with exactly the weights of an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -178,17 +178,30 @@ def test_sft_on_two_trainer_ranks_matches_one(tmp_path, model_path):
         assert torch.allclose(w2[key], value, atol=1e-5), key
 
 
-def test_killed_run_resumes_to_the_same_weights(tmp_path, model_path):
-    data = write_jsonl(tmp_path / "sft.jsonl", sft_rows(48, seed=3))
-    steps = 48 * 3 // 8  # 18
-    straight = train_config(
-        tmp_path, model_path, data, name="straight", total_epochs=3, save_interval=5
-    )
-    run_to_end(straight)
+#: the resume tests' run: SFT on 48 rows x 3 epochs of 8 (18 steps), a checkpoint every 5
+RESUME_ROWS, RESUME_EPOCHS, RESUME_STEPS = 48, 3, 48 * 3 // 8
 
-    killed = train_config(
-        tmp_path, model_path, data, name="killed", total_epochs=3, save_interval=5
+
+def resume_config(tmp_path: Path, model_path: str, name: str) -> Path:
+    data = write_jsonl(tmp_path / "sft.jsonl", sft_rows(RESUME_ROWS, seed=3))
+    return train_config(
+        tmp_path, model_path, data, name=name, total_epochs=RESUME_EPOCHS, save_interval=5
     )
+
+
+@pytest.fixture(scope="module")
+def straight_weights(tmp_path_factory, model_path) -> dict[str, torch.Tensor]:
+    """The final weights of the resume tests' run, uninterrupted (run once for the module:
+    the kill and the preemption tests compare with the same reference)."""
+    tmp_path = tmp_path_factory.mktemp("straight")
+    run_to_end(resume_config(tmp_path, model_path, "straight"))
+    return weights(job_dir(tmp_path, "straight"), RESUME_STEPS)
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path, model_path, straight_weights):
+    steps = RESUME_STEPS
+    expected = straight_weights
+    killed = resume_config(tmp_path, model_path, "killed")
     proc = launch(killed, start_new_session=True)
     seen = []
     for line in proc.stdout:
@@ -206,15 +219,13 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, model_path):
     assert "train step 11:" in out and f"train step {steps}:" in out
     logged = [r["step"] for r in metrics(run)]
     assert logged == list(range(1, steps + 1))  # the records after step 10 were dropped once
-    expected, got = weights(job_dir(tmp_path, "straight"), steps), weights(run, steps)
+    got = weights(run, steps)
     for key, value in expected.items():
         assert torch.equal(got[key], value), key
 
     # killed again, this time while it saves the checkpoint of step 15: the previous one (10,
     # or 15 if the save had finished) stays usable and the run ends with the same weights
-    again = train_config(
-        tmp_path, model_path, data, name="in-save", total_epochs=3, save_interval=5
-    )
+    again = resume_config(tmp_path, model_path, "in-save")
     run = job_dir(tmp_path, "in-save")
     proc = launch(again, start_new_session=True)
     seen = []
@@ -235,6 +246,43 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, model_path):
     assert [r["step"] for r in metrics(run)] == list(range(1, steps + 1))
     got = weights(run, steps)
     for key, value in expected.items():
+        assert torch.equal(got[key], value), key
+
+
+def test_a_preempted_run_checkpoints_its_step_and_resumes_to_the_same_weights(
+    tmp_path, model_path, straight_weights
+):
+    """SIGTERM to ``trinity-launch`` a few steps in (train steps take tens of milliseconds
+    here: an early signal leaves the run time to receive it): the train step in progress
+    finishes, a checkpoint of that step is written, the command exits 75 well inside
+    the grace period; the same command resumes from that step (no step trained twice or
+    skipped) and ends with exactly the weights of an uninterrupted run."""
+    from cli_process import preempt_when
+
+    config = resume_config(tmp_path, model_path, "term")
+    run = job_dir(tmp_path, "term")
+    records = run / "metrics.jsonl"
+    stopped = preempt_when(
+        config,
+        tmp_path / "term.log",
+        lambda: records.exists() and len(records.read_text().splitlines()) >= 3,
+    )
+    out = stopped.output
+    assert "SIGTERM received: stopping with a checkpoint" in out
+    step = int((run / "latest_checkpointed_iteration.txt").read_text())
+    assert 3 <= step < RESUME_STEPS and f"stopped by SIGTERM at step {step}" in out, out[-3000:]
+    assert stopped.took < 60, stopped.took  # well inside the default grace period (120 s)
+    assert [r["step"] for r in metrics(run)] == list(range(1, step + 1))
+    state = json.loads((run / f"global_step_{step}" / "trainer_state.json").read_text())
+    position = {"epoch": step * 8 // RESUME_ROWS, "index": step * 8 % RESUME_ROWS}
+    assert state["sample_strategy"]["experience_buffer"] == position  # the next batch: step + 1
+
+    out = run_to_end(config)
+    assert "Resumed from" in out and f"(step {step})" in out
+    assert f"train step {step + 1}:" in out and f"train step {RESUME_STEPS}:" in out
+    assert [r["step"] for r in metrics(run)] == list(range(1, RESUME_STEPS + 1))
+    got = weights(run, RESUME_STEPS)
+    for key, value in straight_weights.items():
         assert torch.equal(got[key], value), key
 
 

@@ -79,6 +79,8 @@ class RunSession:
             (:mod:`~trinity.launcher.run.preemption`; ``trinity-launch`` passes its
             ``--preemption-signals`` / ``--grace-period``); ``None``: signals keep their
             default effect.
+        stop: the run's stop request, its handlers already guarding the whole run
+            (:func:`run` does that; default: one for the coordinator's loops alone).
         explorer_options: for :class:`~trinity.launcher.explorer.Explorer`
             (``rollout_engines``, ``auxiliary_engines``, ``plugin_dirs``, ``tasks_per_runner``).
 
@@ -95,9 +97,11 @@ class RunSession:
         monitor: Any = None,
         trainer_progress: Any = None,
         preemption: Optional[PreemptionSettings] = None,
+        stop: Optional[StopRequest] = None,
         **explorer_options: Any,
     ) -> None:
         self.preemption = preemption
+        self.stop = stop
         self.spec = spec = run_mode_spec(config.mode)
         if not spec.runnable:
             raise LaunchInputError(
@@ -279,6 +283,7 @@ class RunSession:
                 # a trainer that runs here on the CPU is built while Ray starts
                 early = _in_thread(build_local_cpu_engines, config)
             with ray_session(config):
+                self._check_stop()
                 _read_cluster_sizes(config)
                 layout = trainer_layout(config) if self.spec.trains else {}
                 with placement_session(config, **layout) as placement:
@@ -317,6 +322,7 @@ class RunSession:
             if self.resume_point is not None and self.spec.explores_and_trains:
                 drop_stale_queue(self.config)
             trainer = await self._start(placement, early)
+            self._check_stop()
             if explorer is not None and explorer.pipeline is not None:
                 self.checkpointer.restore_output(explorer.pipeline.writer)
             freeze_startup_heap()  # set up: full collections no longer walk the imports' objects
@@ -331,11 +337,17 @@ class RunSession:
             if explorer is not None:
                 await explorer.shutdown()
 
+    def _check_stop(self) -> None:
+        """Between two phases of the start-up: a preemption signal that came in the last one
+        ends the run here (:meth:`StopRequest.check_start`)."""
+        if self.stop is not None:
+            self.stop.check_start()
+
     async def _run_coordinator(self, trainer: Any) -> Any:
         """The coordinator's run, under the preemption signals' handlers where asked for."""
         if self.preemption is None:
             return await self._coordinator(trainer).run()
-        stop = StopRequest()
+        stop = self.stop if self.stop is not None else StopRequest()
         with stop.installed(self.preemption):
             return await self._coordinator(trainer, stop).run()
 
@@ -386,7 +398,14 @@ def run(config: Config, **options: Any) -> Any:
         except ValueError as exc:  # the API key's variable is not set
             raise LaunchInputError(str(exc)) from exc
         return run_serve(config, settings)
-    return RunSession(config, **options).run()
+    preemption: Optional[PreemptionSettings] = options.get("preemption")
+    if preemption is None:
+        return RunSession(config, **options).run()
+    # a preemption signal in the start-up or the release, not only while the loops run, ends
+    # the run with the preemption's exit status (a scheduler requeues on it)
+    stop = StopRequest()
+    with stop.guarded(preemption):
+        return RunSession(config, stop=stop, **options).run()
 
 
 def _read_cluster_sizes(config: Config) -> None:

@@ -265,12 +265,23 @@ class Coordinator:
         Either way, whoever waits on the clock wakes up."""
         assert self.stop is not None
         await self.stop.wait()
-        logger.warning("preemption (%s): stopping exploration", self.stop.signal_name)
+        logger.warning("preemption (%s): %s", self.stop.signal_name, self._stop_plan())
         if self.trainer is not None and explore is not None and not explore.done():
             explore.cancel()
             await asyncio.gather(explore, return_exceptions=True)
         async with self._changed:
             self._changed.notify_all()
+
+    def _stop_plan(self) -> str:
+        """What a preemption does in this run's mode (said in the log when it lands)."""
+        if self.trainer is None:
+            return "no further explore step; the one in flight finishes and is recorded"
+        if self.explorer is None:
+            return "the train step in progress finishes, then a checkpoint"
+        return (
+            "exploration stops (its step in flight runs again after resume); the train step "
+            "in progress finishes, then a checkpoint"
+        )
 
     # ------------------------------------------------------------------ exploring
     async def explore_loop(self) -> None:

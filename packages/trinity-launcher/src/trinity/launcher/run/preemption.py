@@ -13,6 +13,13 @@ receives one of :class:`PreemptionSettings`' signals:
 * if that has not happened within ``grace_s`` seconds, or a second signal arrives, exits at
   once with the same status: the previous checkpoint is what the same command resumes from.
 
+A signal that lands before the run's loops start (Ray, the engines and the trainer starting,
+a checkpoint loading) has no step to finish and nothing new to checkpoint: the start-up is
+abandoned at once (:meth:`StopRequest.guarded` raises :class:`Preempted` where it is, and what
+had started is released), with the same exit status and grace period. One that lands after the
+loops ended lets the release finish. So a scheduler that requeues on :data:`EXIT_PREEMPTED`
+requeues whenever its signal landed.
+
 Only the driver (the process ``trinity-launch`` runs in) handles the signals; send them to it.
 """
 
@@ -44,13 +51,20 @@ logger = get_logger(__name__)
 EXIT_PREEMPTED = 75
 
 
-class Preempted(Exception):
-    """The run stopped on a preemption signal after writing what resume needs."""
+class Preempted(BaseException):
+    """The run stopped on a preemption signal after writing what resume needs.
 
-    def __init__(self, signal_name: str, step: int, checkpoint: Optional[str]) -> None:
+    A ``BaseException``, as ``KeyboardInterrupt`` is: in a run's start-up it is raised by the
+    signal handler wherever the main thread is, and no ``except Exception`` on the way (Ray's
+    start retries, an engine supervisor's) may take it for a failure to handle. ``step`` is
+    ``None`` when the run stopped before its loops started.
+    """
+
+    def __init__(self, signal_name: str, step: Optional[int], checkpoint: Optional[str]) -> None:
         where = f"checkpoint {checkpoint}" if checkpoint else "the last checkpoint"
+        when = f"at step {step}" if step is not None else "while the run was starting"
         super().__init__(
-            f"stopped by {signal_name} at step {step}; run the same command to resume from {where}"
+            f"stopped by {signal_name} {when}; run the same command to resume from {where}"
         )
         self.signal_name = signal_name
         self.step = step
@@ -92,17 +106,29 @@ class PreemptionSettings:
 class StopRequest:
     """Set once by a preemption signal; the coordinator's loops read it at step boundaries.
 
-    Created and set on the run's event loop (signal handlers installed with
-    :meth:`installed` run there).
+    Its handlers, for the run's phases:
+
+    * :meth:`guarded` (the whole run, ``signal.signal`` in the main thread): before the loops
+      start, the first signal abandons the start-up (raises :class:`Preempted`); after they
+      ended, it lets the release finish;
+    * :meth:`installed` (while the loops run, on the run's event loop): the first signal
+      requests the stop, which the loops act on.
+
+    In every phase the first signal arms the grace timer and a second one exits at once.
     """
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self.signal_name: Optional[str] = None
+        #: whether the run's loops have started (:meth:`installed`): before, a signal has no
+        #: step to finish and abandons the start-up
+        self.loops_started = False
+        self._grace: Optional[threading.Timer] = None
+        self._guarded = False
 
     @property
     def requested(self) -> bool:
-        return self._event.is_set()
+        return self.signal_name is not None
 
     def request(self, signal_name: str) -> None:
         if self.signal_name is None:
@@ -112,19 +138,62 @@ class StopRequest:
     async def wait(self) -> None:
         await self._event.wait()
 
+    def check_start(self) -> None:
+        """In the start-up, between its phases: raise :class:`Preempted` if a signal came.
+        (:meth:`guarded`'s handler raised it already where the signal found the main thread,
+        but Python drops an exception raised in some places -- an at-fork hook while Ray
+        starts its processes, a finalizer -- and the start-up would go on.)"""
+        if self.requested and not self.loops_started:
+            raise Preempted(str(self.signal_name), None, checkpoint=None)
+
+    @contextmanager
+    def guarded(self, settings: PreemptionSettings) -> Iterator[None]:
+        """Handle ``settings.signals`` while the block runs -- the whole run, its start-up and
+        its release included (:meth:`installed` takes over while the loops run and gives them
+        back). Before the loops start, the first signal raises :class:`Preempted` where the
+        main thread is (and :meth:`check_start` again, where that was lost): the ``finally``
+        blocks on the way release Ray and the engines, within the grace period. After they
+        ended, it only arms the grace timer. A second signal exits at once. Outside the main
+        thread (no signal handlers there) this does nothing.
+
+        The handler writes nothing: it may run in the middle of a write to the console."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, frame: object) -> None:
+            sig = signal.Signals(signum)
+            if self.requested:
+                _exit_now(f"a second {sig.name}")
+            self._arm_grace(settings)
+            self.signal_name = sig.name  # first: the exception below may be lost
+            self.check_start()
+
+        previous = {sig: signal.getsignal(sig) for sig in settings.signals}
+        for sig in settings.signals:
+            signal.signal(sig, on_signal)
+        self._guarded = True
+        try:
+            yield
+        finally:
+            self._guarded = False
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self._disarm_grace()
+
     @contextmanager
     def installed(self, settings: PreemptionSettings) -> Iterator[None]:
-        """Handle ``settings.signals`` on the running loop while the block runs: the first
-        one requests the stop and arms the grace timer, a second one exits at once."""
+        """Handle ``settings.signals`` on the running loop while the block runs (the run's
+        loops): the first one requests the stop and arms the grace timer, a second one exits
+        at once. Afterwards the handlers from before the block (:meth:`guarded`'s) are back."""
         loop = asyncio.get_running_loop()
-        timer: list[threading.Timer] = []
 
         def on_signal(sig: signal.Signals) -> None:
             if self.requested:
                 _exit_now(f"a second {sig.name}")
             logger.warning(
-                "%s received: finishing the current train step, then a checkpoint "
-                "(at most %.0f s; a second signal exits at once)",
+                "%s received: stopping the run with a checkpoint (at most %.0f s; a second "
+                "signal exits at once)",
                 sig.name,
                 settings.grace_s,
             )
@@ -134,33 +203,53 @@ class StopRequest:
                 flush=True,
             )
             self.request(sig.name)
-            grace = threading.Timer(
-                settings.grace_s, _exit_now, (f"the {settings.grace_s:.0f} s grace period",)
-            )
-            grace.daemon = True
-            grace.start()
-            timer.append(grace)
+            self._arm_grace(settings)
 
-        for sig in settings.signals:
-            loop.add_signal_handler(sig, on_signal, sig)
+        previous = {sig: signal.getsignal(sig) for sig in settings.signals}
         try:
+            for sig in settings.signals:
+                loop.add_signal_handler(sig, on_signal, sig)
+            self.check_start()  # a signal in the start-up: no loop starts
+            self.loops_started = True
             yield
         finally:
-            for sig in settings.signals:
-                loop.remove_signal_handler(sig)
-            for grace in timer:
-                grace.cancel()
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)  # (leaves the default action)
+                if handler is not None:
+                    signal.signal(sig, handler)
+            if not self._guarded:  # else the release is bounded by the grace period too
+                self._disarm_grace()
+
+    def _arm_grace(self, settings: PreemptionSettings) -> None:
+        """Exit with :data:`EXIT_PREEMPTED` ``settings.grace_s`` from now, whatever the run is
+        doing then (armed once)."""
+        if self._grace is not None:
+            return
+        grace = threading.Timer(
+            settings.grace_s, _exit_now, (f"the {settings.grace_s:.0f} s grace period",)
+        )
+        grace.daemon = True
+        grace.start()
+        self._grace = grace
+
+    def _disarm_grace(self) -> None:
+        if self._grace is not None:
+            self._grace.cancel()
 
 
 def _exit_now(why: str) -> None:
-    """Leave without the checkpoint: the previous one is what the same command resumes from."""
-    print(
-        f"preempted: {why} ended the run before its checkpoint was written; the same command "
-        "resumes from the previous checkpoint",
-        file=_console(),
-        flush=True,
-    )
-    os._exit(EXIT_PREEMPTED)
+    """Leave without the checkpoint: the previous one is what the same command resumes from.
+    (Called from a signal handler too, which may have interrupted a write to the console: the
+    message is best effort, the exit is not.)"""
+    try:
+        print(
+            f"preempted: {why} ended the run before its checkpoint was written; the same "
+            "command resumes from the previous checkpoint",
+            file=_console(),
+            flush=True,
+        )
+    finally:
+        os._exit(EXIT_PREEMPTED)
 
 
 def _console() -> TextIO:

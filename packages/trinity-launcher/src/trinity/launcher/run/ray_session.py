@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any, Optional
 from urllib.parse import urlsplit
@@ -175,18 +177,13 @@ def _init_with_retries(ray: Any, kwargs: dict[str, Any]) -> None:
     for attempt in range(1, STARTUP_ATTEMPTS + 1):
         before = _child_pids()
         try:
-            ray.init(**kwargs)
+            with _sigterm_handler_kept():
+                ray.init(**kwargs)
             return
         except Exception as exc:  # Ray raises a bare Exception for this
             if "address" in kwargs or _STARTUP_TIMEOUT not in str(exc):
                 raise
-            ray.shutdown()
-            # ray.shutdown() does not stop the processes of a node that never registered:
-            # the failed start's GCS, raylet, dashboard and log monitor (~330 MB) would run
-            # until this process exits
-            stopped = _stop_new_children(before)
-            if stopped:
-                logger.info("stopped %d process(es) of the failed Ray start", stopped)
+            _release_failed_start(ray, before)
             if attempt == STARTUP_ATTEMPTS:
                 raise
             logger.warning(
@@ -195,6 +192,54 @@ def _init_with_retries(ray: Any, kwargs: dict[str, Any]) -> None:
                 attempt,
                 STARTUP_ATTEMPTS,
             )
+        except BaseException:  # a signal while Ray started (a preemption, Ctrl-C)
+            _release_failed_start(ray, before)
+            raise
+
+
+def _release_failed_start(ray: Any, before: set[int]) -> None:
+    """Shut down what a ``ray.init`` that did not return had started."""
+    ray.shutdown()
+    # ray.shutdown() does not stop the processes of a node that never registered: the failed
+    # start's GCS, raylet, dashboard and log monitor (~330 MB) would run until this process
+    # exits
+    stopped = _stop_new_children(before)
+    if stopped:
+        logger.info("stopped %d process(es) of the failed Ray start", stopped)
+
+
+@contextlib.contextmanager
+def _sigterm_handler_kept() -> Iterator[None]:
+    """Keep the process's SIGTERM handler while ``ray.init`` runs and after it.
+
+    ``ray.init`` sets its own first thing (``sys.exit(15)``). The handler a run had set is its
+    preemption guard (:meth:`~trinity.launcher.run.preemption.StopRequest.guarded`: exit
+    status 75, and the same command resumes); Ray's does not even stand in meanwhile: its
+    ``SystemExit``, raised where the signal finds the main thread, is lost when that is an
+    at-fork hook of Ray's process starts (Python ignores exceptions there), and the run went
+    on as if no signal had come. Should a Ray version set it another way, a ``SystemExit(15)``
+    from it is handed to the run's handler, and the handler is put back once Ray has started.
+    Where the process had no handler of its own (the default action), Ray's is left alone.
+    """
+    before = signal.getsignal(signal.SIGTERM)
+    if not callable(before) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from ray._private import utils as ray_utils
+
+    setter = getattr(ray_utils, "set_sigterm_handler", None)
+    if setter is not None:
+        ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code == signal.SIGTERM:
+            before(signal.SIGTERM, None)  # raises Preempted (or exits at once)
+        raise
+    finally:
+        if setter is not None:
+            ray_utils.set_sigterm_handler = setter
+        signal.signal(signal.SIGTERM, before)
 
 
 def _child_pids() -> set[int]:
