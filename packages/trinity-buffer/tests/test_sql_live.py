@@ -1,7 +1,9 @@
 """A SQL experience table another process is still writing (mode serve's commits): while the
 writer's ``LiveWriterMark`` is there, a read waits for the rows it lacks instead of ending at
 the table's end; once the mark is gone (or has not moved for ``max_read_timeout``) the read
-returns what there is, or ends. Without a mark a table is a finished data set, read as before.
+returns what there is, or ends. Without a mark a table is a finished data set, read as before;
+an empty one that nothing has been read from waits up to ``max_read_timeout`` for its first
+writer (a trainer started before the service that fills its table).
 """
 
 from __future__ import annotations
@@ -108,3 +110,39 @@ def test_a_mark_counts_for_its_own_table_while_it_is_fresh(tmp_path):
     assert live_writers(SQLStorage(cfg("sql", url, name="a")), max_age=0.1) == 1
     mark.close()
     assert live_writers(SQLStorage(cfg("sql", url, name="a")), max_age=60) == 0
+
+
+def test_a_reader_started_before_its_writer_waits_for_the_first_rows(tmp_path):
+    """A trainer started before the service (mode serve) that writes its table: the table is
+    empty and unmarked when the first read comes, and the read waits for the writer instead of
+    ending the run with no step trained."""
+    url = f"sqlite:///{tmp_path}/early.db"
+    reader = get_buffer_reader(cfg("sql", url, max_read_timeout=60))
+    exps = make_exps(4)
+
+    def service() -> None:
+        time.sleep(1.0)
+        mark = LiveWriterMark(SQLStorage(cfg("sql", url)))
+        writer = get_buffer_writer(cfg("sql", url))
+        time.sleep(0.5)
+        writer.write(exps)
+        time.sleep(0.5)
+        mark.close()
+        writer.release()
+
+    thread = threading.Thread(target=service)
+    began = time.monotonic()
+    thread.start()
+    assert same(reader.read(), exps) and time.monotonic() - began >= 1.4
+    thread.join()
+    with pytest.raises(StopIteration):  # the writer is gone and the table read: the end
+        reader.read()
+
+
+def test_an_empty_table_without_a_writer_ends_after_max_read_timeout(tmp_path):
+    url = f"sqlite:///{tmp_path}/never.db"
+    reader = get_buffer_reader(cfg("sql", url, max_read_timeout=1))
+    began = time.monotonic()
+    with pytest.raises(StopIteration):
+        reader.read()
+    assert 0.9 <= time.monotonic() - began < 10

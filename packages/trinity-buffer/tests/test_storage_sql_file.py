@@ -162,7 +162,9 @@ def test_sql_state_dict_resume_epochs_and_async(tmp_path):
 def test_sql_reader_sees_rows_committed_after_it_started(tmp_path):
     path = str(tmp_path / "live.db")
     writer = get_buffer_writer(cfg("sql", path))
-    reader = get_buffer_reader(cfg("sql", path))
+    # (an empty table waits max_read_timeout for its first rows; then, with no live writer,
+    # the read ends)
+    reader = get_buffer_reader(cfg("sql", path, max_read_timeout=1))
     with pytest.raises(StopIteration):
         reader.read()
     exps = make_exps(4)

@@ -368,3 +368,36 @@ def test_tools_reach_the_engine_and_its_tool_calls_reach_the_client(engine):
     call = body["choices"][0]["message"]["tool_calls"][0]
     assert call["function"]["name"] == "add" and body["choices"][0]["finish_reason"] == "tool_calls"
     assert service.recorder.waiting == 1  # recorded like any answer (its token ids)
+
+
+def test_an_idle_client_connection_outlives_the_clients_pool_expiry(engine):
+    """The service keeps an idle connection open longer than httpx (the openai client's pool)
+    keeps it, so a client never sends a request on a connection the server is closing: after
+    6 s idle (uvicorn's default closes at 5 s, httpx's pool expires at 5 s) a second request
+    on the same socket is answered."""
+    from trinity.launcher.serve.run import server_config
+
+    app = build_app(_service(engine.address, []), temperature=1.0)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = server_config(app, "127.0.0.1", port)
+    assert config.timeout_keep_alive > httpx.Limits().keepalive_expiry
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "the service did not start"
+            time.sleep(0.05)
+        request = b"GET /health HTTP/1.1\r\nHost: serve\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(request)
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(6)
+            conn.sendall(request)
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -180,6 +180,7 @@ class SQLReader(OfflineReader):
         super().__init__(storage_config)
         replay = getattr(storage_config, "replay_buffer", None)
         self.replay = bool(getattr(replay, "enable", False))
+        self._first_writer_logged = False
         if self.storage.kind == TASK_ROWS:
             if self.replay:
                 raise StorageConfigError(
@@ -249,7 +250,9 @@ class SQLReader(OfflineReader):
         last_progress = time.monotonic()
         warned = False
         while len(out) < missing:
-            if not self.storage.live_writers(timeout):
+            if not self.storage.live_writers(timeout) and not self._awaits_first_writer(
+                time.monotonic() - last_progress, timeout
+            ):
                 # the writer is gone: take what it wrote last, then stop
                 more, self.position = self._fetch(self.position, missing - len(out))
                 self.consumed += len(more)
@@ -280,6 +283,25 @@ class SQLReader(OfflineReader):
                 )
             time.sleep(0.5)
         return out
+
+    def _awaits_first_writer(self, waited: float, timeout: float) -> bool:
+        """Whether a read with no live writer still waits: only a reader that has read
+        nothing from a table that is still empty, for at most ``max_read_timeout`` seconds.
+        A trainer started before the service that writes its table (mode ``serve``, started
+        in another terminal a moment later) would otherwise find it exhausted and end with
+        no step trained; a table with rows and no writer stays a finished data set."""
+        if self.consumed or self.position or waited > timeout or self.storage.count():
+            return False
+        if not self._first_writer_logged:
+            self._first_writer_logged = True
+            logger.info(
+                "storage %r: table %r is empty and no writer marks it live yet; waiting up "
+                "to %.0f s (max_read_timeout) for one (mode serve, an explorer job)",
+                self.name,
+                self.storage.table_name,
+                timeout,
+            )
+        return True
 
     def close(self) -> None:
         """Done reading: close the storage (see :meth:`SQLStorage.close`)."""

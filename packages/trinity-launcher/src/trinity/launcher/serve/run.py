@@ -23,6 +23,9 @@ from trinity.common.config import Config
 
 logger = logging.getLogger(__name__)
 
+#: seconds an idle client connection stays open (see :func:`server_config`)
+KEEP_ALIVE_S = 75
+
 METRICS_FILE = "serve_metrics.jsonl"
 
 
@@ -75,7 +78,6 @@ def _monitor(config: Config) -> Any:
 
 async def _serve(config: Config, placement: Any, settings: dict[str, Any]) -> dict[str, float]:
     import ray
-    import uvicorn
 
     from trinity.buffer.operators.experience_operator import create_operators
     from trinity.buffer.storage.sql import SQLStorage
@@ -113,15 +115,7 @@ async def _serve(config: Config, placement: Any, settings: dict[str, Any]) -> di
         )
         await service.load_new_weights()  # a trainer's checkpoint already there
         app = build_app(service, **settings)
-        server = _server_class()(
-            uvicorn.Config(
-                app,
-                host=explorer.listen_address,
-                port=explorer.proxy_port,
-                log_level="warning",
-                timeout_graceful_shutdown=30,
-            )
-        )
+        server = _server_class()(server_config(app, explorer.listen_address, explorer.proxy_port))
         interval = float(explorer.service_status_check_interval)
         serving = asyncio.create_task(server.serve())
         tasks = [
@@ -158,6 +152,27 @@ async def _serve(config: Config, placement: Any, settings: dict[str, Any]) -> di
                 ray.kill(handle, no_restart=True)
             except Exception:  # already gone
                 pass
+
+
+def server_config(app: Any, host: str, port: int) -> Any:
+    """uvicorn's settings for the service.
+
+    Idle connections stay open ``KEEP_ALIVE_S`` seconds, longer than the 5 s for which httpx
+    (under the ``openai`` client) keeps one in its pool: at uvicorn's default of 5 s as well, a
+    client could send its next request on a connection the server was closing and read a
+    reset (``APIConnectionError``; seen in the end-to-end test after the agent waited for new
+    weights), a known race of the two defaults.
+    """
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=30,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
 
 
 def _server_class() -> Any:
