@@ -16,6 +16,8 @@ bonus, no KL term, response length, temperature 1.0 and seed:
 
 Sides: ``trinity`` (mode both, ``sync_offset: 0``), ``trinity-offset1`` (the explorer one
 step ahead; on one CPU box both halves share the cores, so this is recorded, with no target),
+``trinity-async`` (``sync_style: fully_async``: the explorer up to 2 batches ahead, weights
+pushed under requests in flight),
 ``trl`` (TRL 1.16 ``GRPOTrainer``, transformers generation, in ``.venvs/benchmark``: TRL
 cannot share an environment with verl, see ``pyproject.toml``), and ``floor``
 (``benchmarks/shape_floor.py``: one bare vLLM engine with Trinity's CPU engine settings
@@ -93,7 +95,7 @@ SHARED = {
     "grad_clip": 1.0,
     "seed": 42,
 }
-SIDES = ("trinity", "trinity-offset1", "trl", "floor")
+SIDES = ("trinity", "trinity-offset1", "trinity-async", "trl", "floor")
 #: At most this many generations for the ``floor`` side (its per-step time settles quickly).
 FLOOR_STEPS = 20
 
@@ -130,6 +132,8 @@ def trinity_config(name: str, side: str, model: str, steps: int, workdir: Path) 
     cfg["explorer"]["eval_on_startup"] = False
     cfg["explorer"]["rollout_model"]["seed"] = SHARED["seed"]
     cfg["synchronizer"]["sync_offset"] = 1 if side == "trinity-offset1" else 0
+    if side == "trinity-async":
+        cfg["synchronizer"]["sync_style"] = "fully_async"
     cfg["trainer"]["save_interval"] = 0  # at the end only (TRL saves nothing)
     cfg["trainer"]["save_hf_checkpoint"] = "never"
     path = workdir / f"{name}-{side}.yaml"
@@ -300,6 +304,22 @@ def floor_summary(
         engine = s["startup_s"] + (steps_needed - 1) * s["s_per_step"]
         out["engine_time_to_0.8_s"] = engine
         out["time_to_0.8_s"] = engine + steps_needed * (train_s or 0.0)
+    return out
+
+
+def floor_ratios(sides: dict[str, dict[str, Any]], floor: dict[str, Any]) -> dict[str, Any]:
+    """Each Trinity side against the floor (issue 41's targets: both <= 1.5): its time to 0.8
+    over the floor's, and its s/step over the floor's generation plus bare training step."""
+    gen_train = None
+    if floor["s_per_step"] is not None and floor["bare_train_step_s"] is not None:
+        gen_train = floor["s_per_step"] + floor["bare_train_step_s"]
+    out: dict[str, Any] = {}
+    for side, s in sides.items():
+        if side.startswith("trinity"):
+            out[f"time_to_0.8_{side}_over_floor"] = ratio(
+                s["time_to_0.8_s"], floor["time_to_0.8_s"]
+            )
+            out[f"s_per_step_{side}_over_floor_gen_train"] = ratio(s["s_per_step"], gen_train)
     return out
 
 
@@ -590,6 +610,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             f = entry["sides"]["floor"] = floor_summary(
                 runs["floor"], min(known) if known else None, bare
             )
+            entry.setdefault("ratios", {}).update(floor_ratios(entry["sides"], f))
             if r:
                 entry.setdefault("ratios", {}).update(
                     {

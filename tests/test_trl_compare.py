@@ -81,6 +81,31 @@ def test_trinity_config_shares_the_settings_with_trl(tmp_path):
     load_config(str(path))  # a valid config
 
 
+def test_the_fully_async_side_and_the_floor_ratios(tmp_path):
+    import yaml
+
+    from trinity.common.config import load_config
+
+    path = trl_compare.trinity_config("quickstart", "trinity-async", "/m", 7, tmp_path)
+    cfg = yaml.safe_load(path.read_text())
+    assert cfg["synchronizer"]["sync_style"] == "fully_async"
+    assert cfg["synchronizer"]["sync_offset"] == 0
+    load_config(str(path))  # a valid config
+
+    floor = {"s_per_step": 0.03, "bare_train_step_s": 0.04, "time_to_0.8_s": 15.0}
+    sides = {
+        "trinity": {"s_per_step": 0.14, "time_to_0.8_s": 30.0},
+        "trinity-async": {"s_per_step": 0.105, "time_to_0.8_s": None},
+        "trl": {"s_per_step": 0.05, "time_to_0.8_s": 8.0},
+    }
+    ratios = trl_compare.floor_ratios(sides, floor)
+    assert ratios["time_to_0.8_trinity_over_floor"] == pytest.approx(2.0)
+    assert ratios["s_per_step_trinity_over_floor_gen_train"] == pytest.approx(2.0)
+    assert ratios["s_per_step_trinity-async_over_floor_gen_train"] == pytest.approx(1.5)
+    assert ratios["time_to_0.8_trinity-async_over_floor"] is None  # it never got there
+    assert not any("trl" in key for key in ratios)
+
+
 @pytest.mark.slow
 def test_smoke_quickstart_config_every_side(tmp_path):
     """The quickstart config with every side (Trinity, TRL, the floor) and the train-step check.
