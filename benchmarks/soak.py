@@ -1,7 +1,7 @@
 """Soak: run a config for many steps and watch every process of the run for growth.
 
-    .venv/bin/python benchmarks/soak.py [--steps 2000] [--interval 5] [--out DIR] [--strict]
-        [--config examples/quickstart.yaml] [--model DIR] [KEY=VALUE ...]
+    .venv/bin/python benchmarks/soak.py [--steps 2000] [--interval 5] [--burst 1] [--out DIR]
+        [--strict] [--config examples/quickstart.yaml] [--model DIR] [KEY=VALUE ...]
     .venv/bin/python benchmarks/soak.py --steps 16 --interval 1    # smoke size (CI)
 
 A leak that costs 0.2 MB a step is invisible in a 150-step quickstart and fatal in a week-long
@@ -26,12 +26,14 @@ At the end it prints, per process and for the sums, the value at the end of warm
 median of the first samples at or after ``--warmup``, default 20 % of the steps and at least
 50, at most half the run), the value at the end (the median of the last samples before the
 run's final step), the growth per 1,000 steps (least-squares slope over the samples in
-between) in MB and in % of the warm-up value, the same growth of the process's own memory
+between) in MB and in % of the warm-up value, the growth of each sample's low (``low``: the
+least RSS over ``--burst`` seconds of readings, default 1; a process's RSS swings within a step,
+and the low is what it keeps between steps), the same growth of the process's own memory
 (``anon``: RSS less the shared pages it touched, such as Ray's object store, which a worker
 reading each step's weights from it touches at new places for a long while), and the change
 in open files and threads. Rows
-growing more than ``--target`` % (default 1) per 1,000 steps, or ending with more files or
-threads than they started with, are flagged. The raw samples go to ``--out`` as
+whose low grows more than ``--target`` % (default 1) per 1,000 steps (their RSS, with
+``--burst 0``), or ending with more files or threads than they started with, are flagged. The raw samples go to ``--out`` as
 ``samples.json`` and ``samples.csv``, the table to ``summary.json``.
 
 The disk use is reported, not judged: the buffer's SQLite tables, the metrics and the monitor's
@@ -212,7 +214,9 @@ class Sampler:
             usage[key] = usage.get(key, 0) + _du(entry)
         return usage
 
-    def sample(self, t0: float) -> dict[str, Any]:
+    def sample(self, t0: float, burst: float = 0.0) -> dict[str, Any]:
+        """One sample of every process; with ``burst`` > 0 also each one's lowest RSS over
+        ``burst`` seconds of readings (``rss_low``, see :func:`lowest_rss`)."""
         procs: dict[str, dict[str, Any]] = {}
         for proc in self.processes():
             try:
@@ -234,6 +238,10 @@ class Sampler:
                     }
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
+        if burst > 0:
+            low = lowest_rss([p["pid"] for p in procs.values()], burst)
+            for values in procs.values():
+                values["rss_low"] = min(values["rss"], low.get(values["pid"], values["rss"]))
         disk = self.disk()
         return {
             "t": round(time.monotonic() - t0, 3),
@@ -242,6 +250,31 @@ class Sampler:
             "disk_by_entry": disk,
             "procs": procs,
         }
+
+
+def lowest_rss(pids: Sequence[int], seconds: float, every: float = 0.01) -> dict[int, int]:
+    """Each process's lowest RSS over ``seconds`` of readings of ``/proc/PID/statm``.
+
+    A process's RSS swings within a step: the driver of a mode-``both`` run holds the train
+    step's activations and gradients (~40 MB on the quickstart) for part of each step, so one
+    reading lands anywhere in that swing and the slope of single readings is noise of that
+    size. The low point over a burst longer than a step is what the process keeps between
+    steps: memory it retains, which is what a leak grows. Off Linux: empty.
+    """
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    low: dict[int, int] = {}
+    end = time.monotonic() + seconds
+    while True:
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as fh:
+                    rss = int(fh.read().split()[1]) * page
+            except (OSError, ValueError, IndexError):
+                continue
+            low[pid] = min(rss, low.get(pid, rss))
+        if time.monotonic() >= end:
+            return low
+        time.sleep(every)
 
 
 def _anon_rss(pid: int) -> Optional[int]:
@@ -330,6 +363,8 @@ def _sums(procs: Iterable[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {k: sum(p[k] for p in procs) for k in ("rss", "fds", "threads")}
     anon = [p.get("anon") for p in procs]
     out["anon"] = sum(anon) if None not in anon else None  # type: ignore[arg-type]
+    low = [p.get("rss_low") for p in procs]
+    out["rss_low"] = sum(low) if None not in low else None  # type: ignore[arg-type]
     out["children"] = len(procs)
     return out
 
@@ -345,6 +380,20 @@ def _edge(values: list[float], first: bool) -> float:
     return statistics.median(part)
 
 
+def _ceiling(values: list[float], first: bool) -> float:
+    """The upper quartile of the first (last) third of a window's values, at least
+    ``EDGE_SAMPLES``.
+
+    Open files and threads come and go within a run (a checkpoint's files while it is written,
+    a reward thread that exits when idle), so two edge readings differ by what happened to be
+    open, and one reading can catch two such moments at once; a leak raises the level they
+    keep coming back to, which the upper quartile of many readings follows and a single
+    reading does not move."""
+    k = max(EDGE_SAMPLES, len(values) // 3)
+    part = sorted(values[:k] if first else values[-k:])
+    return part[int(0.75 * (len(part) - 1))]
+
+
 def _row(label: str, series: list[tuple[int, dict[str, Any]]], target: float) -> dict[str, Any]:
     rss = [float(v["rss"]) for _, v in series]
     start, end = _edge(rss, True), _edge(rss, False)
@@ -352,13 +401,19 @@ def _row(label: str, series: list[tuple[int, dict[str, Any]]], target: float) ->
     pct = 100.0 * per_k / start if start else 0.0
     anon = [(step, v["anon"]) for step, v in series if v.get("anon") is not None]
     anon_per_k = slope(anon) * 1000 if len(anon) == len(series) else None
-    fds = _edge([v["fds"] for _, v in series], False) - _edge([v["fds"] for _, v in series], True)
-    threads = _edge([v["threads"] for _, v in series], False) - _edge(
+    low = [(step, v["rss_low"]) for step, v in series if v.get("rss_low") is not None]
+    low_per_k = slope(low) * 1000 if low and len(low) == len(series) else None
+    low_pct = 100.0 * low_per_k / start if low_per_k is not None and start else None
+    judged = low_pct if low_pct is not None else pct
+    fds = _ceiling([v["fds"] for _, v in series], False) - _ceiling(
+        [v["fds"] for _, v in series], True
+    )
+    threads = _ceiling([v["threads"] for _, v in series], False) - _ceiling(
         [v["threads"] for _, v in series], True
     )
     flags = []
-    if pct > target:
-        flags.append(f"RSS>{target:g}%")
+    if judged > target:
+        flags.append(f"{'low' if low_pct is not None else 'RSS'}>{target:g}%")
     if fds > 0:
         flags.append("fds+")
     if threads > 0:
@@ -371,9 +426,11 @@ def _row(label: str, series: list[tuple[int, dict[str, Any]]], target: float) ->
         "growth_mb_per_1k": per_k / MB,
         "growth_pct_per_1k": pct,
         "anon_mb_per_1k": anon_per_k / MB if anon_per_k is not None else None,
-        "fds_start": _edge([v["fds"] for _, v in series], True),
+        "low_mb_per_1k": low_per_k / MB if low_per_k is not None else None,
+        "low_pct_per_1k": low_pct,
+        "fds_start": _ceiling([v["fds"] for _, v in series], True),
         "fds_delta": fds,
-        "threads_start": _edge([v["threads"] for _, v in series], True),
+        "threads_start": _ceiling([v["threads"] for _, v in series], True),
         "threads_delta": threads,
         "children": series[-1][1]["children"],
         "flag": " ".join(flags),
@@ -387,15 +444,18 @@ def print_table(rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
     )
     head = (
         f"{'process':<22} {'pid':>7} {'MB@warmup':>10} {'MB@end':>9} {'MB/1k':>8} "
-        f"{'%/1k':>7} {'anon/1k':>8} {'fds':>5} {'Δfds':>5} {'thr':>5} {'Δthr':>5} {'kids':>5}  flag"
+        f"{'%/1k':>7} {'low/1k':>7} {'low%':>6} {'anon/1k':>8} {'fds':>5} {'Δfds':>5} {'thr':>5} {'Δthr':>5} {'kids':>5}  flag"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
         anon = f"{r['anon_mb_per_1k']:.2f}" if r["anon_mb_per_1k"] is not None else "-"
+        low = "-" if r.get("low_mb_per_1k") is None else f"{r['low_mb_per_1k']:.2f}"
+        low_pct = "-" if r.get("low_pct_per_1k") is None else f"{r['low_pct_per_1k']:.2f}%"
         print(
             f"{r['label']:<22} {r['pid'] or '':>7} {r['start_mb']:>10.1f} {r['end_mb']:>9.1f} "
-            f"{r['growth_mb_per_1k']:>8.2f} {r['growth_pct_per_1k']:>6.2f}% {anon:>8} "
+            f"{r['growth_mb_per_1k']:>8.2f} {r['growth_pct_per_1k']:>6.2f}% {low:>7} {low_pct:>6} "
+            f"{anon:>8} "
             f"{r['fds_start']:>5.0f} {r['fds_delta']:>+5.0f} {r['threads_start']:>5.0f} "
             f"{r['threads_delta']:>+5.0f} {r['children']:>5}  {r['flag']}"
         )
@@ -408,12 +468,14 @@ def write_raw(out: Path, samples: list[dict[str, Any]], summary: dict[str, Any])
     with open(out / "samples.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(
-            ["t", "step", "disk", "label", "pid", "rss", "anon", "fds", "threads", "children"]
+            ["t", "step", "disk", "label", "pid", "rss", "rss_low", "anon"]
+            + ["fds", "threads", "children"]
         )
         for s in samples:
             for label, p in s["procs"].items():
                 writer.writerow(
-                    [s["t"], s["step"], s["disk"], label, p["pid"], p["rss"], p.get("anon")]
+                    [s["t"], s["step"], s["disk"], label, p["pid"], p["rss"], p.get("rss_low")]
+                    + [p.get("anon")]
                     + [p["fds"], p["threads"], p["children"]]
                 )
 
@@ -454,6 +516,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=2000, help="train steps of the run (2000)")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
     parser.add_argument("--warmup", type=int, default=None, help="step where warm-up ends")
+    parser.add_argument(
+        "--burst", type=float, default=1.0, help="seconds of RSS readings for each sample's low"
+    )
     parser.add_argument("--config", type=Path, default=QUICKSTART, help="the run's config")
     parser.add_argument("--model", type=Path, default=None, help="reuse this quickstart model")
     parser.add_argument("--target", type=float, default=1.0, help="%% RSS growth per 1k steps")
@@ -486,7 +551,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     samples: list[dict[str, Any]] = []
     try:
         while proc.poll() is None:
-            s = sampler.sample(t0)
+            s = sampler.sample(t0, burst=args.burst)
             if s["procs"]:
                 samples.append(s)
                 if len(samples) % max(1, int(60 / args.interval)) == 0:

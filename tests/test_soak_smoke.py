@@ -91,6 +91,59 @@ def test_the_table_reports_growth_per_1000_steps_and_flags_it():
     assert soak.default_warmup(16) == 8
 
 
+def test_a_swing_within_steps_is_not_growth_but_a_rising_low_is():
+    """A process whose readings swing by 40 MB within a step (a train step's tensors) but
+    whose low point is flat is not flagged, however the readings fall, nor are files that
+    come and go; one whose low point rises is, even when its raw readings' slope is small."""
+    soak = _soak()
+    mb = soak.MB
+    swing = [0, 40, 5, 35, 10, 30, 40, 0]  # where in a step each reading landed, MB
+    samples = [
+        {
+            "t": float(i),
+            "step": 100 + 10 * i,
+            "disk": 0,
+            "disk_by_entry": {},
+            "procs": {
+                "driver#0": {
+                    "pid": 1,
+                    "rss": (700 + swing[i % len(swing)] + i // 10) * mb,
+                    "rss_low": 700 * mb,
+                    "fds": 61 + 3 * (i % 2),  # a checkpoint's files, open every other sample
+                    "threads": 30,
+                    "children": 0,
+                },
+                "engine#0": {  # its low rises 0.05 MB a step: 50 MB per 1,000 (5 %)
+                    "pid": 2,
+                    "rss": (1000 + 50 - swing[i % len(swing)]) * mb,
+                    "rss_low": 1000 * mb + i * mb // 2,
+                    "fds": 10,
+                    "threads": 5,
+                    "children": 0,
+                },
+            },
+        }
+        for i in range(40)
+    ]
+    rows, _ = soak.summarize(samples, warmup=100, last_step=1000, target=1.0)
+    by = {r["label"]: r for r in rows}
+    assert by["driver#0"]["low_mb_per_1k"] == pytest.approx(0.0)
+    assert by["driver#0"]["flag"] == "" and by["driver#0"]["fds_delta"] == 0
+    assert by["engine#0"]["low_mb_per_1k"] == pytest.approx(50.0)
+    assert by["engine#0"]["flag"] == "low>1%"
+
+
+def test_the_low_of_a_burst_is_the_least_reading(tmp_path):
+    """``lowest_rss`` reads this process's RSS for the burst and keeps the least reading: it
+    is at most the RSS at the end, and a pid that does not exist is left out."""
+    soak = _soak()
+    import psutil
+
+    low = soak.lowest_rss([os.getpid(), 2**22 + 7], 0.05)
+    assert set(low) == {os.getpid()}
+    assert 0 < low[os.getpid()] <= psutil.Process().memory_info().rss
+
+
 @pytest.mark.slow
 def test_a_short_soak_of_the_quickstart_completes_and_reports(tmp_path):
     for module in ("vllm", "verl"):
@@ -103,6 +156,7 @@ def test_a_short_soak_of_the_quickstart_completes_and_reports(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, str(SOAK), "--steps", "12", "--interval", "0.5", "--out", str(out)]
+        + ["--burst", "0.2"]
         + ["--workdir", str(tmp_path / "work"), "explorer.eval_on_startup=false"],
         cwd=ROOT,
         env=env,
@@ -121,4 +175,5 @@ def test_a_short_soak_of_the_quickstart_completes_and_reports(tmp_path):
     assert {"driver#0", "engine#0"} <= {r["label"] for r in summary["rows"]}
     samples = json.loads((out / "samples.json").read_text())
     assert samples and max(s["step"] for s in samples) >= 6
-    assert (out / "samples.csv").read_text().startswith("t,step,disk,label,pid,rss")
+    assert (out / "samples.csv").read_text().startswith("t,step,disk,label,pid,rss,rss_low")
+    assert all("rss_low" in p for s in samples for p in s["procs"].values())
