@@ -138,3 +138,26 @@ def _group_left(pgid: int, wait: float = 10.0) -> list[str]:
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.2)
+
+
+def preempt_after_steps(config, log, run, steps: int, total: int) -> tuple[str, int]:
+    """:func:`preempt_when` with SIGTERM once ``run``'s ``metrics.jsonl`` holds ``steps``
+    train records; checks the stop is a checkpointed one of a step in ``[steps, total)``,
+    made well inside the default grace period (120 s), with every record up to it and none
+    after. Returns the output and the checkpoint's step."""
+    import json
+
+    records = run / "metrics.jsonl"
+
+    def written() -> int:  # complete lines only: the run may be writing the next one
+        return records.read_text().count("\n") if records.exists() else 0
+
+    stopped = preempt_when(config, log, lambda: written() >= steps)
+    out = stopped.output
+    assert "SIGTERM received: stopping with a checkpoint" in out
+    step = int((run / "latest_checkpointed_iteration.txt").read_text())
+    assert steps <= step < total and f"stopped by SIGTERM at step {step}" in out, out[-3000:]
+    assert stopped.took < 60, stopped.took
+    lines = records.read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == list(range(1, step + 1))
+    return out, step

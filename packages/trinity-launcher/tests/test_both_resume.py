@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_process import kill_when, preempt_when
+from cli_process import kill_when, preempt_after_steps
 from cli_process import run_to_end as run_cli_to_end
 
 pytest.importorskip("verl")
@@ -177,19 +177,7 @@ def test_a_preemption_signal_checkpoints_and_the_same_command_resumes(
     sync = {"sync_style": style, "sync_offset": 1 if style == "fixed" else 0}
     config = write_config(f"term-{style}", synchronizer=sync, trainer={"save_interval": 0})
     run = job_dir(tmp_path, f"term-{style}")
-    records = run / "metrics.jsonl"
-    stopped = preempt_when(
-        config,
-        tmp_path / f"term-{style}.log",
-        lambda: records.exists() and len(records.read_text().splitlines()) >= 2,
-    )
-    out = stopped.output
-    assert "SIGTERM received: stopping with a checkpoint" in out
-    latest = run / "latest_checkpointed_iteration.txt"
-    step = int(latest.read_text())
-    assert 2 <= step < STEPS and f"stopped by SIGTERM at step {step}" in out, out[-3000:]
-    assert stopped.took < 60, stopped.took  # well inside the default grace period (120 s)
-    assert len(metrics(run)) == step  # every record up to the checkpoint, none after
+    _, step = preempt_after_steps(config, tmp_path / f"term-{style}.log", run, 2, STEPS)
 
     out = run_to_end(config, tmp_path / f"term-{style}-resumed.log")
     assert f"Resuming mode both from global_step_{step}" in out

@@ -216,7 +216,7 @@ def test_a_preempted_colocated_run_checkpoints_and_resumes_taking_turns(
     step is trained once on its own explore step's experiences, and every step took its turn
     in order, at the trainer's latest weights."""
     _needs("verl")
-    from cli_process import preempt_when, run_to_end
+    from cli_process import preempt_after_steps, run_to_end
 
     config = both_config(
         tmp_path,
@@ -229,18 +229,7 @@ def test_a_preempted_colocated_run_checkpoints_and_resumes_taking_turns(
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     run = tmp_path / "ckpt" / "both" / config["name"]
-    records = run / "metrics.jsonl"
-    stopped = preempt_when(
-        path,
-        tmp_path / "term.log",
-        lambda: records.exists() and len(records.read_text().splitlines()) >= 2,
-    )
-    out = stopped.output
-    assert "SIGTERM received: stopping with a checkpoint" in out
-    step = int((run / "latest_checkpointed_iteration.txt").read_text())
-    assert 2 <= step < 6 and f"stopped by SIGTERM at step {step}" in out, out[-3000:]
-    assert stopped.took < 60, stopped.took  # well inside the default grace period (120 s)
-    assert [r["step"] for r in _records(run)] == list(range(1, step + 1))
+    _, step = preempt_after_steps(path, tmp_path / "term.log", run, 2, 6)
 
     out = run_to_end(path, tmp_path / "resumed.log")
     assert f"Resuming mode colocate from global_step_{step}" in out

@@ -257,22 +257,11 @@ def test_a_preempted_run_checkpoints_its_step_and_resumes_to_the_same_weights(
     finishes, a checkpoint of that step is written, the command exits 75 well inside
     the grace period; the same command resumes from that step (no step trained twice or
     skipped) and ends with exactly the weights of an uninterrupted run."""
-    from cli_process import preempt_when
+    from cli_process import preempt_after_steps
 
     config = resume_config(tmp_path, model_path, "term")
     run = job_dir(tmp_path, "term")
-    records = run / "metrics.jsonl"
-    stopped = preempt_when(
-        config,
-        tmp_path / "term.log",
-        lambda: records.exists() and len(records.read_text().splitlines()) >= 3,
-    )
-    out = stopped.output
-    assert "SIGTERM received: stopping with a checkpoint" in out
-    step = int((run / "latest_checkpointed_iteration.txt").read_text())
-    assert 3 <= step < RESUME_STEPS and f"stopped by SIGTERM at step {step}" in out, out[-3000:]
-    assert stopped.took < 60, stopped.took  # well inside the default grace period (120 s)
-    assert [r["step"] for r in metrics(run)] == list(range(1, step + 1))
+    _, step = preempt_after_steps(config, tmp_path / "term.log", run, 3, RESUME_STEPS)
     state = json.loads((run / f"global_step_{step}" / "trainer_state.json").read_text())
     position = {"epoch": step * 8 // RESUME_ROWS, "index": step * 8 % RESUME_ROWS}
     assert state["sample_strategy"]["experience_buffer"] == position  # the next batch: step + 1
