@@ -600,8 +600,9 @@ def test_a_preemption_signal_stops_a_training_run_after_its_step(tmp_path):
 
 
 def test_a_preemption_signal_stops_an_exploring_run_at_its_last_committed_step(tmp_path):
-    """Mode explore: the step in flight is abandoned (not committed); the explorer's recorded
-    position is its last committed step, and the resumed run explores the rest once."""
+    """Mode explore: no further step starts and the step in flight finishes and is recorded
+    (the coordinator's stop plan without a trainer); the explorer's recorded position is that
+    last step, and the resumed run explores the rest once."""
     from trinity.launcher.run.preemption import Preempted
 
     run = build(tmp_path, mode="explore")

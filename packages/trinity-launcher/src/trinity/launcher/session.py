@@ -89,6 +89,9 @@ class RunSession:
             cannot continue from (nothing was started).
     """
 
+    #: the run's stop request (``None``: none guards the start-up; see ``stop`` above)
+    stop: Optional[StopRequest] = None
+
     def __init__(
         self,
         config: Config,
