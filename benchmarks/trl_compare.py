@@ -32,7 +32,12 @@ For each side: **startup** (launch to the end of step 1), **s/step** (median tim
 consecutive step ends, from step 3 on), **time to 0.8** (launch to the first step whose 5-step
 mean reward is >= 0.8), **final reward** (mean of the last 5 steps), and Trinity/TRL ratios.
 Trinity's step ends are when its ``metrics.jsonl`` record of the step appears (written when the
-step's training ends); TRL's are its ``on_step_end`` callback.
+step's training ends); TRL's are its ``on_step_end`` callback. Trinity's sides also report
+**CPU per step**: the CPU seconds of the run's whole process tree (the launch, Ray's
+processes, the engine, the runners; by ``soak.py``'s roles) from step 3 to the last step,
+read at most once a second as the step records arrive. Every process shares the machine's
+cores, so that CPU over the cores is a bound under the step time that no overlap of
+generation and training can beat (``cpu bound``).
 
 Each config then runs the **train-step check**, in this process: Trinity's training engine
 (``VerlTrainEngine`` with the settings the config derives) against bare Hugging Face
@@ -98,6 +103,70 @@ SHARED = {
 SIDES = ("trinity", "trinity-offset1", "trinity-async", "trl", "floor")
 #: At most this many generations for the ``floor`` side (its per-step time settles quickly).
 FLOOR_STEPS = 20
+#: Seconds between two readings of a Trinity run's CPU (each walks its process tree, on the
+#: cores the run is measured on).
+CPU_READ_EVERY_S = 1.0
+#: The roles :func:`cpu_summary` reports on their own; the rest (Ray's processes, and any other
+#: process of the run) is ``other``.
+CPU_ROLES = ("driver", "engine", "runner")
+
+
+def _soak() -> Any:
+    """``benchmarks/soak.py`` (its process roles), loaded by path: the benchmarks are
+    scripts, not a package."""
+    import importlib.util
+
+    module = sys.modules.get("trinity_bench_soak")
+    if module is None:
+        spec = importlib.util.spec_from_file_location(
+            "trinity_bench_soak", Path(__file__).with_name("soak.py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+class CpuMeter:
+    """CPU seconds (user + system) a launched run has used so far, by process role.
+
+    The run's processes are the launch and its descendants (Ray's head processes, the
+    workers, the engine and runner actors). A process that has exited keeps its last
+    reading, so the totals never go down.
+    """
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self._seen: dict[int, tuple[str, float]] = {}  # pid -> (role, CPU seconds)
+
+    def read(self) -> dict[str, float]:
+        """CPU seconds so far by role (``CPU_ROLES``, everything else summed as ``other``)."""
+        import psutil
+
+        soak = _soak()
+        try:
+            root = psutil.Process(self.root)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            procs = []
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    role = self._seen.get(proc.pid, ("", 0.0))[0]
+                    if not role or role.startswith(soak._PROVISIONAL):
+                        parent = self._seen.get(proc.ppid(), ("", 0.0))[0]
+                        role = soak.role_of(
+                            proc.pid, self.root, proc.name(), proc.cmdline(), parent
+                        )
+                    self._seen[proc.pid] = (role, times.user + times.system)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        out = dict.fromkeys((*CPU_ROLES, "other"), 0.0)
+        for role, seconds in self._seen.values():
+            key = role if role in CPU_ROLES else "other"
+            out[key] += seconds
+        return out
 
 
 # ------------------------------------------------------------------------------- the sides
@@ -149,8 +218,10 @@ def run_trinity(name: str, side: str, model: str, steps: int, workdir: Path) -> 
     launcher = Path(sys.executable).with_name("trinity-launch")
     launched = time.time()
     proc = subprocess.Popen([str(launcher), str(config)], stdout=log, stderr=subprocess.STDOUT)
+    meter = CpuMeter(proc.pid)
     seen: dict[int, dict[str, Any]] = {}
     offset = 0
+    last_read = 0.0
     while True:
         done = proc.poll() is not None
         if metrics.exists():
@@ -160,10 +231,14 @@ def run_trinity(name: str, side: str, model: str, steps: int, workdir: Path) -> 
             complete = chunk[: chunk.rfind("\n") + 1]
             offset += len(complete.encode())
             now = time.time() - launched
+            newest = None
             for line in complete.splitlines():
                 record = json.loads(line)
                 if "rollout/reward/mean" in record and "time/train_step" in record:
-                    seen[int(record["step"])] = {"t": now, **record}
+                    newest = seen[int(record["step"])] = {"t": now, **record}
+            if newest is not None and not done and now - last_read >= CPU_READ_EVERY_S:
+                newest["cpu"] = meter.read()  # the run's CPU as this step's record arrived
+                last_read = now
         if done:
             break
         time.sleep(0.02)
@@ -176,6 +251,7 @@ def run_trinity(name: str, side: str, model: str, steps: int, workdir: Path) -> 
             "t": seen[s]["t"],
             "reward": seen[s]["rollout/reward/mean"],
             "breakdown": {k: v for k, v in seen[s].items() if k.startswith(("time/", "train/"))},
+            **({"cpu": seen[s]["cpu"]} if "cpu" in seen[s] else {}),
         }
         for s in sorted(seen)
     ]
@@ -328,6 +404,28 @@ def breakdown(run: dict[str, Any]) -> dict[str, float]:
     rows = [s["breakdown"] for s in run["steps"][2:]] or [s["breakdown"] for s in run["steps"]]
     keys = sorted({k for r in rows for k in r})
     return {k: statistics.median([r[k] for r in rows if k in r]) for k in keys}
+
+
+def cpu_summary(run: dict[str, Any], cores: int) -> Optional[dict[str, Any]]:
+    """CPU seconds per step of a Trinity run, by role, between its first CPU reading from
+    step 3 on and its last one; ``bound_s_per_step`` is their total over ``cores``: the
+    least time a step can take with every process sharing those cores. ``None`` without two
+    readings a step apart."""
+    read = [s for s in run["steps"] if "cpu" in s and s["step"] >= 3]
+    if len(read) < 2 or read[-1]["step"] <= read[0]["step"]:
+        return None
+    first, last = read[0], read[-1]
+    steps = last["step"] - first["step"]
+    by_role = {k: (last["cpu"][k] - first["cpu"].get(k, 0.0)) / steps for k in last["cpu"]}
+    total = sum(by_role.values())
+    return {
+        "steps": steps,
+        "cpu_s_per_step": total,
+        "by_role_s_per_step": by_role,
+        "cores": cores,
+        "bound_s_per_step": total / cores,
+        "cores_busy": total * steps / (last["t"] - first["t"]) if last["t"] > first["t"] else None,
+    }
 
 
 def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -525,6 +623,14 @@ def plot(curves: dict[str, dict[str, Any]], out: Path) -> None:
     )
 
 
+def _cores() -> int:
+    """The cores this process (and the runs it launches) may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--configs", default="quickstart,realistic")
@@ -552,7 +658,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from trinity.launcher.tiny_model import PRESETS, build_tiny_model
 
-    results: dict[str, Any] = {"configs": {}, "machine": {"cpus": os.cpu_count()}}
+    results: dict[str, Any] = {"configs": {}, "machine": {"cpus": _cores()}}
     curves: dict[str, dict[str, Any]] = {}
     failed = False
     for name in configs:
@@ -581,6 +687,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             summary = summarize(run)
             if side not in ("trl", "floor"):
                 summary["breakdown"] = breakdown(run)
+                summary["cpu"] = cpu_summary(run, _cores())
             entry["sides"][side] = summary
             runs[side] = run
             curves[f"{name}/{side}"] = run
@@ -652,6 +759,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             if "breakdown" in s:
                 parts = ", ".join(f"{k}={v:.3g}" for k, v in s["breakdown"].items())
                 print(f"  {side} breakdown (medians): {parts}")
+            cpu = s.get("cpu")
+            if cpu:
+                roles = ", ".join(f"{k} {v:.3f}s" for k, v in cpu["by_role_s_per_step"].items())
+                print(
+                    f"  {side} CPU per step: {cpu['cpu_s_per_step']:.3f}s ({roles}); cpu bound "
+                    f"on {cpu['cores']} cores {cpu['bound_s_per_step']:.3f}s/step against "
+                    f"{fmt(s['s_per_step'], 's')} measured ({fmt(cpu['cores_busy'])} cores busy)"
+                )
         check = entry.get("train_step_check")
         if check:
             print(

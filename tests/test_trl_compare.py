@@ -107,6 +107,62 @@ def test_the_fully_async_side_and_the_floor_ratios(tmp_path):
 
 
 @pytest.mark.slow
+def test_cpu_per_step_is_read_between_step_3_and_the_last_reading():
+    def step(n, t, driver, engine, runner=0.0, other=0.0):
+        cpu = {"driver": driver, "engine": engine, "runner": runner, "other": other}
+        return {"step": n, "t": t, "reward": 0.0, "cpu": cpu}
+
+    run = {
+        "steps": [
+            step(1, 10.0, 8.0, 9.0),  # start-up: not counted
+            {"step": 2, "t": 10.5, "reward": 0.0},
+            step(3, 11.0, 9.0, 10.0, 1.0, 0.5),
+            {"step": 4, "t": 11.5, "reward": 0.0},
+            step(5, 12.0, 9.4, 10.2, 1.2, 0.6),
+        ]
+    }
+    c = trl_compare.cpu_summary(run, cores=2)
+    assert c["steps"] == 2
+    assert c["by_role_s_per_step"] == pytest.approx(
+        {"driver": 0.2, "engine": 0.1, "runner": 0.1, "other": 0.05}
+    )
+    assert c["cpu_s_per_step"] == pytest.approx(0.45)
+    assert c["bound_s_per_step"] == pytest.approx(0.225)  # 0.45 s of CPU over 2 cores
+    assert c["cores_busy"] == pytest.approx(0.9)  # 0.9 CPU seconds in 1 s of wall time
+    # one reading from step 3 on is not a rate
+    assert trl_compare.cpu_summary({"steps": run["steps"][:3]}, cores=2) is None
+
+
+def test_cpu_meter_counts_the_whole_process_tree(tmp_path):
+    """A launch whose child burns CPU: the meter reads the launch's tree (real processes),
+    and a process that has exited keeps its last reading."""
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
+    child = tmp_path / "burn.py"
+    child.write_text(burn)
+    ready = tmp_path / "ready"
+    launch = (
+        "import pathlib, subprocess, sys, time\n"
+        f"subprocess.run([sys.executable, {str(child)!r}])\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", launch])
+    try:
+        meter = trl_compare.CpuMeter(proc.pid)
+        first = meter.read()
+        assert set(first) == {"driver", "engine", "runner", "other"}
+        while not ready.exists():  # the child ran to the end while the meter watched
+            meter.read()
+            assert proc.poll() is None
+        later = meter.read()
+        assert later["driver"] >= first["driver"]
+        # the child burned 0.4 s of CPU (counted apart from the driver: an unknown child is "other")
+        assert later["other"] >= 0.3
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_smoke_quickstart_config_every_side(tmp_path):
     """The quickstart config with every side (Trinity, TRL, the floor) and the train-step check.
     The realistic config runs the same code with a bigger (24M) model; CI runs the quickstart

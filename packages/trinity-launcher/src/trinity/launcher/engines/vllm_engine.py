@@ -48,6 +48,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import torch
@@ -424,36 +425,66 @@ class VLLMEngine(BaseRolloutEngine):
             await self.llm.wake_up(tags=["weights"])
             self._weights_awake = True
         weights = _with_tied_head(weights, self.llm.model_config.hf_config)
-        # requests in flight (sync_style fully_async): freeze them (their KV kept) so that no
-        # decode step runs between the reload and the recompute below (one would pair the new
-        # weights with the old KV)
-        in_flight = self.llm.output_processor.get_num_unfinished_requests() > 0
-        if in_flight:
-            paused_at = time.perf_counter()
-            await self.llm.pause_generation(mode="keep", clear_cache=False)
-        try:
-            await self._reload(weights)
-        finally:
+        with _staged(weights) as path:  # written before any request is frozen
+            # requests in flight (sync_style fully_async): freeze them (their KV kept) so that
+            # no decode step runs between the reload and the recompute in _reload (one would
+            # pair the new weights with the old KV)
+            in_flight = self.llm.output_processor.get_num_unfinished_requests() > 0
             if in_flight:
-                await self.llm.resume_generation()
-                self.paused_s += time.perf_counter() - paused_at
+                paused_at = time.perf_counter()
+                await self._freeze_requests()
+            try:
+                await self._reload(path)
+            finally:
+                if in_flight:
+                    await self.llm.resume_generation()
+                    self.paused_s += time.perf_counter() - paused_at
 
-    async def _reload(self, weights: dict[str, Tensor]) -> None:
-        from safetensors.torch import save_file
+    async def _freeze_requests(self) -> None:
+        """Stop scheduling: the requests in flight stay in the queue with their KV
+        (``AsyncLLM.pause_generation(mode="keep", clear_cache=False)``'s effect).
 
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        fd, path = tempfile.mkstemp(prefix="trinity-weights-", suffix=".safetensors", dir=shm)
-        os.close(fd)
-        try:
-            save_file(_unshared(weights), path)
-            await self.llm.collective_rpc(_reload_from_file, args=(path,))
-        finally:
-            os.unlink(path)
+        ``pause_generation`` itself then sleeps 20 ms so that outputs already on their way
+        reach their callers first, "not required for correctness" (vLLM's comment): under
+        ``sync_style: fully_async`` with a push every step, that sleep was a third of the
+        time the requests stood paused on the CPU quickstart. Its scheduler call alone is
+        what freezes them.
+        """
+        core = getattr(self.llm, "engine_core", None)
+        pause = getattr(core, "pause_scheduler_async", None)
+        if pause is None:  # a vLLM without the scheduler call: its public one
+            await self.llm.pause_generation(mode="keep", clear_cache=False)
+            return
+        await pause(mode="keep", clear_cache=False)
+
+    async def _reload(self, path: str) -> None:
+        """Load the weights staged at ``path`` (:func:`_staged`) into every worker."""
+        await self.llm.collective_rpc(_reload_from_file, args=(path,))
         # The cached KV was computed with the old weights. Requests still running (a push
         # under requests in flight: sync_style fully_async) are preempted and recomputed from
         # their prompt and the tokens generated so far, then continue on the new weights; the
         # tokens they sampled before keep the log-probs of the weights that sampled them.
         await self.llm.reset_prefix_cache(reset_running_requests=True)
+
+
+@contextlib.contextmanager
+def _staged(weights: dict[str, Tensor]) -> Iterator[str]:
+    """``weights`` as a safetensors file (in ``/dev/shm`` where there is one) for the workers'
+    ``reload_weights``, removed afterwards.
+
+    Written before the requests in flight are frozen: the file of the realistic preset's
+    ~24M parameters takes tens of milliseconds to write, which the requests need not wait.
+    """
+    from safetensors.torch import save_file
+
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    fd, path = tempfile.mkstemp(prefix="trinity-weights-", suffix=".safetensors", dir=shm)
+    os.close(fd)
+    try:
+        save_file(_unshared(weights), path)
+        yield path
+    finally:
+        os.unlink(path)
 
 
 def _allow_serving_off_the_main_thread(loop: asyncio.AbstractEventLoop) -> None:
