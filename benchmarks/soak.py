@@ -96,6 +96,13 @@ _RAY_HELPERS: tuple[tuple[str, str], ...] = (
 _PROVISIONAL = ("ray-idle", "other:")
 
 
+def provisional(role: str) -> bool:
+    """Whether ``role`` may still give way to a more specific one: an idle Ray worker, an
+    unknown process, or a ``*-child``: a process forked and not yet exec'd shows its parent's
+    command line (a raylet sampled in that instant looked like the driver's child)."""
+    return role.startswith(_PROVISIONAL) or role.endswith("-child")
+
+
 def role_of(pid: int, root: int, name: str, cmdline: Sequence[str], parent_role: str) -> str:
     """The role of a process of the run, from what ``ps`` shows of it.
 
@@ -173,9 +180,7 @@ class Sampler:
         parent_role = self.tracked[parent].role if parent in self.tracked else ""
         role = role_of(proc.pid, self.root, name, cmdline, parent_role)
         known = self.tracked.get(proc.pid)
-        if known is None or (
-            known.role.startswith(_PROVISIONAL) and not role.startswith(_PROVISIONAL)
-        ):
+        if known is None or (provisional(known.role) and not provisional(role)):
             index = self.counts.get(role, 0)
             self.counts[role] = index + 1
             known = Tracked(proc.pid, role, f"{role}#{index}")

@@ -154,7 +154,7 @@ class CpuMeter:
                 with proc.oneshot():
                     times = proc.cpu_times()
                     role = self._seen.get(proc.pid, ("", 0.0))[0]
-                    if not role or role.startswith(soak._PROVISIONAL):
+                    if not role or soak.provisional(role):
                         parent = self._seen.get(proc.ppid(), ("", 0.0))[0]
                         role = soak.role_of(
                             proc.pid, self.root, proc.name(), proc.cmdline(), parent

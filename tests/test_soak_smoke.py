@@ -49,6 +49,31 @@ def test_processes_are_labelled_by_role_from_cmdline_and_ray_title():
         assert soak.role_of(pid, 1, "python", cmdline, "raylet") == role, cmdline
 
 
+def test_a_process_sampled_between_fork_and_exec_takes_its_role_once_it_execs():
+    """A raylet sampled right after the driver forked it, before its exec, shows the driver's
+    command line: it is a ``driver-child`` then, and a raylet (a label of its own) once it
+    shows its binary. A real child of the driver stays one."""
+    import psutil
+
+    soak = _soak()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        sampler = soak.Sampler(root=os.getpid(), session_dir="-", run_root=Path("-"))
+        driver = ["python", "-m", "trinity.launcher.cli", "run"]
+        assert sampler._label(psutil.Process(os.getpid()), "python", driver) == "driver#0"
+        proc = psutil.Process(child.pid)
+        assert sampler._label(proc, "python", driver) == "driver-child#0"  # forked
+        assert sampler._label(proc, "python", driver) == "driver-child#0"  # still
+        raylet = ["/venv/ray/core/src/ray/raylet/raylet", "--node_ip_address=1"]
+        assert sampler._label(proc, "raylet", raylet) == "raylet#0"  # exec'd
+        assert sampler._label(proc, "python", driver) == "raylet#0"  # never back
+    finally:
+        child.kill()
+        child.wait()
+    assert soak.provisional("driver-child") and soak.provisional("ray-idle")
+    assert not soak.provisional("raylet") and not soak.provisional("engine")
+
+
 def test_the_table_reports_growth_per_1000_steps_and_flags_it():
     soak = _soak()
     mb = soak.MB
