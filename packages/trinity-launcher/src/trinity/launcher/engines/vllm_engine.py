@@ -446,9 +446,9 @@ class VLLMEngine(BaseRolloutEngine):
 
         ``pause_generation`` itself then sleeps 20 ms so that outputs already on their way
         reach their callers first, "not required for correctness" (vLLM's comment): under
-        ``sync_style: fully_async`` with a push every step, that sleep was a third of the
-        time the requests stood paused on the CPU quickstart. Its scheduler call alone is
-        what freezes them.
+        ``sync_style: fully_async`` with a push every step, that sleep was about 20 of the
+        49-55 ms the requests stood paused on the CPU quickstart (29-32 ms without it). Its
+        scheduler call alone is what freezes them.
         """
         core = getattr(self.llm, "engine_core", None)
         pause = getattr(core, "pause_scheduler_async", None)
@@ -472,8 +472,9 @@ def _staged(weights: dict[str, Tensor]) -> Iterator[str]:
     """``weights`` as a safetensors file (in ``/dev/shm`` where there is one) for the workers'
     ``reload_weights``, removed afterwards.
 
-    Written before the requests in flight are frozen: the file of the realistic preset's
-    ~24M parameters takes tens of milliseconds to write, which the requests need not wait.
+    Written before the requests in flight are frozen, so they do not wait for a write that
+    grows with the model (~96 MB for the realistic preset's ~24M fp32 parameters; on the
+    quickstart's 1 MB the gain is below what a run can measure).
     """
     from safetensors.torch import save_file
 
