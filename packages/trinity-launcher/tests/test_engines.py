@@ -402,6 +402,10 @@ def test_engines_serve_draws_unless_they_replace_chat():
 
     assert serves(VLLMEngine) and serves(TransformersEngine)
     assert not serves(FakeEngine) and not serves(ExternalEngine)
+    opted_in = FakeEngine(
+        EngineSettings(model_path="m", engine_type="fake", extra_engine_args={"serve_draws": True})
+    )
+    assert run(opted_in.serves_draws())  # the test double as a draws engine (batched draws)
 
 
 @needs_vllm

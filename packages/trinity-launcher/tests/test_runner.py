@@ -131,17 +131,18 @@ def loop():
     loop.close()
 
 
+def start_pool(loop, engine, plugin_dir, **sizes) -> RunnerPool:
+    """A started pool on ``engine``: 2 runners of 2 tasks, 2 s timeout, 1 retry, unless
+    ``sizes`` say otherwise."""
+    settings = {"runner_per_model": 2, "tasks_per_runner": 2, "max_timeout": 2, **sizes}
+    pool = RunnerPool([engine], max_retry_times=1, plugin_dirs=[plugin_dir], **settings)
+    loop.run_until_complete(pool.start())
+    return pool
+
+
 @pytest.fixture(scope="module")
 def pool(engine, plugin_dir, loop):
-    pool = RunnerPool(
-        [engine],
-        runner_per_model=2,
-        tasks_per_runner=2,
-        max_timeout=2,
-        max_retry_times=1,
-        plugin_dirs=[plugin_dir],
-    )
-    loop.run_until_complete(pool.start())
+    pool = start_pool(loop, engine, plugin_dir)
     yield pool
     pool.shutdown()
 
@@ -358,6 +359,54 @@ def test_a_timed_out_task_cancels_the_engine_call_it_waits_on(loop, pool, engine
         time.sleep(0.2)
     # both attempts (first try and retry) started the engine call and cancelled it
     assert log.count("started") == 2 and log.count("cancelled") == 2, log
+
+
+@pytest.mark.slow
+def test_tasks_of_one_wave_share_an_engine_call_and_a_timed_out_one_stops_only_its_own(
+    ray_cluster, plugin_dir, loop
+):
+    """An engine that serves draws gets the draws a runner's tasks ask for together as one
+    call (``batched_draws``). A task of that call past ``max_timeout`` is cancelled by Ray
+    with its ``run_task``: its request stops on the engine, and the others of the same call,
+    made outside that task's context, are not cancelled with it."""
+    from trinity.launcher.engines import create_engine_actor
+
+    engine = create_engine_actor(
+        EngineSettings(
+            model_path="fake-model", engine_type="fake", extra_engine_args={"serve_draws": True}
+        )
+    )
+    ray.get(engine.ready.remote())
+    pool = start_pool(
+        loop, engine, plugin_dir, runner_per_model=1, tasks_per_runner=4, max_timeout=3
+    )
+    try:
+        for _ in range(3):  # the tasks of a wave wake together (their shared version ask)
+            wave = [make_task("runner_test_async", index=i) for i in range(4)]
+            batch = run_batch(loop, pool, wave)
+            assert all(r.ok for r in batch.results), [r.error for r in batch.results]
+        sizes = ray.get(engine.draw_batch_sizes.remote())
+        assert sum(sizes) == 12 and max(sizes) > 1, sizes  # calls shared
+        tasks = [make_task("runner_test_async", index=0, prompt="<engine-sleep:60>")]
+        tasks += [make_task("runner_test_async", index=i) for i in range(1, 4)]
+        start = time.perf_counter()
+        batch = run_batch(loop, pool, tasks)
+        assert [r.ok for r in batch.results] == [False, True, True, True], [
+            r.error for r in batch.results
+        ]
+        assert batch.results[0].error.startswith("timeout")
+        assert all(r.attempts == 1 for r in batch.results[1:])  # none cancelled with it
+        assert time.perf_counter() - start < 45
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            log = ray.get(engine.sleep_log.remote())
+            if log.count("cancelled") == 2:
+                break
+            time.sleep(0.2)
+        assert log.count("started") == 2 and log.count("cancelled") == 2, log
+    finally:
+        pool.shutdown()
+        ray.kill(engine)
 
 
 @pytest.mark.slow

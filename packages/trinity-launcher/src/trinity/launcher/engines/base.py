@@ -24,9 +24,11 @@ truncation. ``temperature == 0`` (greedy) scores with temperature 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -36,6 +38,7 @@ from torch import Tensor
 from trinity.common.experience import Experience
 from trinity.common.models.mm_utils import has_multi_modal_content
 from trinity.common.models.utils import prompt_truncated_experiences
+from trinity.launcher.engines.batched_draws import DrawRegistry, draw_together
 from trinity.utils.log import get_logger
 
 __all__ = [
@@ -410,6 +413,36 @@ class BaseRolloutEngine:
                 "directory has no preprocessor_config.json); use a vision-language model"
             )
         return render_vl_prompt(self.tokenizer, self._image_processor, messages, True, tools)
+
+    async def draw_chat_many(
+        self, calls: Sequence[tuple[str, Any, dict[str, Any]]]
+    ) -> AsyncIterator[list[tuple[int, Any]]]:
+        """:meth:`draw_chat` of several conversations, their requests submitted together (a
+        runner's concurrent tasks: :mod:`~trinity.launcher.engines.batched_draws`).
+
+        ``calls``: ``(key, messages, kwargs)``; yields ``[(index, Draws or the exception it
+        raised), ...]`` as calls finish (over an actor: a Ray generator, each answer sent when
+        it is ready). :meth:`cancel_draws` cancels calls by key."""
+        registry = self._draw_registry()
+        async for finished in draw_together(
+            registry, calls, self.draw_chat, self._submitting_together
+        ):
+            yield finished
+
+    async def cancel_draws(self, keys: Sequence[str]) -> None:
+        """Cancel the :meth:`draw_chat_many` calls of ``keys`` (their tasks were cancelled)."""
+        self._draw_registry().cancel(keys)
+
+    def _draw_registry(self) -> DrawRegistry:
+        registry = self.__dict__.get("_draws_in_flight")
+        if registry is None:
+            registry = self.__dict__["_draws_in_flight"] = DrawRegistry()
+        return registry
+
+    def _submitting_together(self) -> Any:
+        """A context while which the requests submitted reach the engine together; an engine
+        that can take them in one step says so (vLLM)."""
+        return contextlib.nullcontext()
 
     async def draw_generate(self, prompt: str, **kwargs: Any) -> Draws:
         """:meth:`generate`'s samples, not yet Experiences (see :meth:`draw`)."""

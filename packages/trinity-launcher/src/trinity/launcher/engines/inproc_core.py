@@ -82,6 +82,8 @@ class _CoreThread:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._outputs: asyncio.Queue = asyncio.Queue()
         self._error: Optional[BaseException] = None
+        #: posts held back by :meth:`held` (``None``: not held)
+        self._held: Optional[list[tuple[Callable[..., Any], tuple]]] = None
         self._thread = threading.Thread(target=self._run, name="vllm-engine-core", daemon=True)
         self._thread.start()
 
@@ -146,7 +148,26 @@ class _CoreThread:
 
     def _post(self, fn: Callable[..., Any], *args: Any) -> None:
         self._check_alive()
+        if self._held is not None:
+            self._held.append((fn, args))
+            return
         self._inbox.put((fn, args, None))
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Requests (and aborts) posted meanwhile reach the core thread as one item, in order,
+        so the requests a runner's tasks send together start in the same engine step (posted
+        one by one, the thread woke on the first and stepped while the others arrived)."""
+        if self._held is not None:  # nested: the outer one sends them
+            yield
+            return
+        self._held = []
+        try:
+            yield
+        finally:
+            items, self._held = self._held, None
+            if items:
+                self._inbox.put((_run_in_order, (items,), None))
 
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         self._check_alive()
@@ -227,6 +248,11 @@ def _on_core_thread(sync: Callable[..., Any]) -> Callable[..., Any]:
 
     call.__name__ = f"{sync.__name__}_async"
     return call
+
+
+def _run_in_order(items: list[tuple[Callable[..., Any], tuple]]) -> None:
+    for fn, args in items:
+        fn(*args)
 
 
 def _dead(cause: Optional[BaseException]) -> BaseException:

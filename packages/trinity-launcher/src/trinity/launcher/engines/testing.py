@@ -13,13 +13,20 @@ import os
 import re
 import sys
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any, Optional, Sequence
 
 from torch import Tensor
 
 from trinity.common.experience import Experience
 from trinity.common.models.testing import FakeModelWrapper
-from trinity.launcher.engines.base import CALL_LOG_SIZE, BaseRolloutEngine, EngineSettings
+from trinity.launcher.engines.base import (
+    CALL_LOG_SIZE,
+    BaseRolloutEngine,
+    Draws,
+    EngineSettings,
+    Sample,
+)
 
 __all__ = ["FakeEngine"]
 
@@ -56,6 +63,7 @@ class FakeEngine(BaseRolloutEngine):
 
         self._calls = 0
         self._sleep_log: list[str] = []
+        self._draw_batches: list[int] = []
 
     def _maybe_die(self) -> None:
         args = self.settings.extra_engine_args or {}
@@ -87,6 +95,42 @@ class FakeEngine(BaseRolloutEngine):
             self._sleep_log.append("cancelled")
             raise
         self._sleep_log.append("done")
+
+    def _serves_draws(self) -> bool:
+        settings = getattr(self, "settings", None)
+        return bool(settings is not None and (settings.extra_engine_args or {}).get("serve_draws"))
+
+    async def serves_draws(self) -> bool:
+        """With ``extra_engine_args['serve_draws']``, as the real engines: wrappers over its
+        actor ask for draws (:meth:`draw_chat`, batched: :meth:`draw_chat_many`)."""
+        return self._serves_draws()
+
+    async def draw_chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Draws:
+        """:meth:`chat`'s replies as the samples of a real engine's draw."""
+        exps = await self.chat(messages, **kwargs)
+        first = exps[0]
+        prompt_ids = [int(t) for t in first.tokens[: first.prompt_length]]
+        samples = [
+            Sample(
+                [int(t) for t in e.tokens[e.prompt_length :]],
+                [float(x) for x in e.logprobs],
+                "stop",
+                e.response_text,
+            )
+            for e in exps
+        ]
+        return Draws(prompt_ids, first.prompt_text or "", samples, self.model_version, len(exps))
+
+    async def draw_chat_many(
+        self, calls: Sequence[tuple[str, Any, dict[str, Any]]]
+    ) -> AsyncIterator[list[tuple[int, Any]]]:
+        self._draw_batches.append(len(calls))
+        async for finished in super().draw_chat_many(calls):
+            yield finished
+
+    async def draw_batch_sizes(self) -> list[int]:
+        """The size of each :meth:`draw_chat_many` call so far."""
+        return list(self._draw_batches)
 
     async def sleep_log(self) -> list[str]:
         """What the ``<engine-sleep:S>`` calls did: ``started``, then ``cancelled``/``done``."""

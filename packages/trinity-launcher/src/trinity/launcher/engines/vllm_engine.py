@@ -440,6 +440,12 @@ class VLLMEngine(BaseRolloutEngine):
                     await self.llm.resume_generation()
                     self.paused_s += time.perf_counter() - paused_at
 
+    def _submitting_together(self) -> Any:
+        """The in-process core's ``held`` (:mod:`.inproc_core`): requests submitted meanwhile
+        reach its thread as one item, so they start in the same engine step."""
+        held = getattr(getattr(self.llm, "engine_core", None), "held", None)
+        return held() if held is not None else contextlib.nullcontext()
+
     async def _freeze_requests(self) -> None:
         """Stop scheduling: the requests in flight stay in the queue with their KV
         (``AsyncLLM.pause_generation(mode="keep", clear_cache=False)``'s effect).

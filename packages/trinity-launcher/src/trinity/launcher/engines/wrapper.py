@@ -16,6 +16,7 @@ from trinity.launcher.engines.base import (
     load_tokenizer,
     render_chat,
 )
+from trinity.launcher.engines.batched_draws import DrawBatcher
 
 __all__ = ["EngineModelWrapper", "call_engine"]
 
@@ -72,6 +73,9 @@ class EngineModelWrapper(ModelWrapper):
         #: the model-version ask in flight, per engine; shared by this wrapper's clones
         #: (shallow copies), so the tasks a runner starts together ask once between them
         self._version_asks: dict[int, asyncio.Future] = {}
+        #: the concurrent draw_chat calls of this runner's tasks as one engine call (an actor
+        #: that serves draws); shared by this wrapper's clones, one per runner
+        self._batcher: Optional[DrawBatcher] = None
         self._task_seed: Optional[int] = None
         self._task_calls = 0
 
@@ -103,6 +107,8 @@ class EngineModelWrapper(ModelWrapper):
         if _is_actor(engine):
             try:
                 wrapper._draws = bool(await engine.serves_draws.remote())
+                if wrapper._draws:
+                    wrapper._batcher = DrawBatcher(engine, asyncio.get_running_loop())
             except AttributeError:  # an engine class of its own, without the method
                 wrapper._draws = False
         return wrapper
@@ -153,7 +159,10 @@ class EngineModelWrapper(ModelWrapper):
         if not self._draws:
             payload = await getattr(self.engine, f"{method}_serialized").remote(prompt, **kwargs)
             return Experience.deserialize_many(payload)
-        draws = await getattr(self.engine, f"draw_{method}").remote(prompt, **kwargs)
+        if method == "chat" and self._batcher is not None:
+            draws = await self._batcher.draw_chat(prompt, kwargs)
+        else:
+            draws = await getattr(self.engine, f"draw_{method}").remote(prompt, **kwargs)
         return assemble_experiences(draws)
 
     async def _logprobs(self, tokens: list[int], temperature: float) -> Tensor:
