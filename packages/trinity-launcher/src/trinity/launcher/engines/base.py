@@ -434,9 +434,11 @@ class BaseRolloutEngine:
         self._draw_registry().cancel(keys)
 
     def _draw_registry(self) -> DrawRegistry:
-        registry = self.__dict__.get("_draws_in_flight")
+        """Made on first use: engines that set up their state without this class's
+        ``__init__`` (the test double) have one too."""
+        registry: Optional[DrawRegistry] = getattr(self, "_draws_in_flight", None)
         if registry is None:
-            registry = self.__dict__["_draws_in_flight"] = DrawRegistry()
+            registry = self._draws_in_flight = DrawRegistry()
         return registry
 
     def _submitting_together(self) -> Any:
