@@ -3,6 +3,8 @@ module beside the tests; ``conftest.py`` puts this directory on ``sys.path``).""
 
 from __future__ import annotations
 
+import re
+
 
 def spawn_cli(config, log):
     """``trinity run --config CONFIG`` in a process group of its own (``os.killpg`` takes Ray's
@@ -41,8 +43,24 @@ def run_to_end(config, log, timeout: float = 600) -> str:
             os.killpg(proc.pid, 9)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     out = log.read_text()
-    assert proc.returncode == 0, out[-6000:]
+    assert proc.returncode == 0, failure_digest(out) + out[-6000:]
     return out
+
+
+#: what a failed run's output says about why it failed (an actor's death cause, a kill, a
+#: signal): shown first, where a truncated report of a long message still has it
+_CAUSE = re.compile(
+    r"Error\b|[Dd]ied\b|[Kk]illed|Worker exit|memory|SIG[A-Z]+|exit (code|status|type)"
+)
+
+
+def failure_digest(out: str, limit: int = 15) -> str:
+    """The last ``limit`` lines of ``out`` that name a cause (:data:`_CAUSE`), as a block to
+    put before an output's tail in an assertion message (empty where none does)."""
+    lines = [line.strip() for line in out.splitlines() if _CAUSE.search(line)]
+    if not lines:
+        return ""
+    return "causes named in the output:\n  " + "\n  ".join(lines[-limit:]) + "\n---\n"
 
 
 def kill_when(config, log, ready, timeout: float = 600):
