@@ -222,6 +222,17 @@ def test_a_cancel_that_arrives_before_its_call_cancels_the_call_when_it_starts()
     first, second = asyncio.run(main())
     assert isinstance(first, asyncio.CancelledError) and second == "drawn"
     assert drawn == ["y"]
+    assert not registry.cancelled_early("k1")  # applied once, then forgotten
+
+
+def test_early_cancels_are_kept_up_to_a_bound_the_oldest_forgotten_first(monkeypatch):
+    """A cancel whose call never comes (its runner died) must not be kept forever."""
+    from trinity.launcher.engines import batched_draws
+
+    monkeypatch.setattr(batched_draws, "EARLY_CANCELS_KEPT", 3)
+    registry = DrawRegistry()
+    registry.cancel(["a", "b", "c", "d"])
+    assert [registry.cancelled_early(k) for k in "abcd"] == [False, True, True, True]
 
 
 def test_when_the_engine_call_itself_fails_every_waiting_call_fails_with_it():

@@ -406,6 +406,11 @@ def test_engines_serve_draws_unless_they_replace_chat():
         EngineSettings(model_path="m", engine_type="fake", extra_engine_args={"serve_draws": True})
     )
     assert run(opted_in.serves_draws())  # the test double as a draws engine (batched draws)
+    # a wrapper over a draws engine asks it for draw_chat and draw_generate: both answer
+    chat = run(opted_in.draw_chat([{"role": "user", "content": "hi"}], n=2))
+    text = run(opted_in.draw_generate("hi", n=3))
+    assert len(chat.samples) == 2 and len(text.samples) == 3
+    assert all(s.token_ids and len(s.logprobs) == len(s.token_ids) for s in text.samples)
 
 
 @needs_vllm

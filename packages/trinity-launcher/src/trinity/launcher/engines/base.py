@@ -252,6 +252,8 @@ class BaseRolloutEngine:
         #: wake_up, in order: what mode colocate checks and reports (:meth:`take_call_log`)
         self.call_log: deque[tuple[str, int]] = deque(maxlen=CALL_LOG_SIZE)
         self._image_processor: Any = None
+        #: the :meth:`draw_chat_many` calls still running (:meth:`cancel_draws` finds them)
+        self._draws_in_flight = DrawRegistry()
 
     # ------------------------------------------------------------------ primitives
     async def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:
@@ -423,23 +425,14 @@ class BaseRolloutEngine:
         ``calls``: ``(key, messages, kwargs)``; yields ``[(index, Draws or the exception it
         raised), ...]`` as calls finish (over an actor: a Ray generator, each answer sent when
         it is ready). :meth:`cancel_draws` cancels calls by key."""
-        registry = self._draw_registry()
         async for finished in draw_together(
-            registry, calls, self.draw_chat, self._submitting_together
+            self._draws_in_flight, calls, self.draw_chat, self._submitting_together
         ):
             yield finished
 
     async def cancel_draws(self, keys: Sequence[str]) -> None:
         """Cancel the :meth:`draw_chat_many` calls of ``keys`` (their tasks were cancelled)."""
-        self._draw_registry().cancel(keys)
-
-    def _draw_registry(self) -> DrawRegistry:
-        """Made on first use: engines that set up their state without this class's
-        ``__init__`` (the test double) have one too."""
-        registry: Optional[DrawRegistry] = getattr(self, "_draws_in_flight", None)
-        if registry is None:
-            registry = self._draws_in_flight = DrawRegistry()
-        return registry
+        self._draws_in_flight.cancel(keys)
 
     def _submitting_together(self) -> Any:
         """A context while which the requests submitted reach the engine together; an engine

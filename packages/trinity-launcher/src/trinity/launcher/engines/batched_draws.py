@@ -26,7 +26,7 @@ import contextvars
 import pickle
 import traceback
 import uuid
-from collections import deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, Callable, ContextManager, Optional
 
@@ -41,7 +41,8 @@ class DrawRegistry:
 
     def __init__(self) -> None:
         self.running: dict[str, asyncio.Future] = {}
-        self.cancelled_early: deque[str] = deque(maxlen=EARLY_CANCELS_KEPT)
+        #: an ordered set (the oldest forgotten first past :data:`EARLY_CANCELS_KEPT`)
+        self._cancelled_early: OrderedDict[str, None] = OrderedDict()
 
     def cancel(self, keys: Sequence[str]) -> None:
         for key in keys:
@@ -49,7 +50,16 @@ class DrawRegistry:
             if task is not None:
                 task.cancel()
             else:  # its call has not started yet: cancelled as soon as it does
-                self.cancelled_early.append(key)
+                self._cancelled_early[key] = None
+                if len(self._cancelled_early) > EARLY_CANCELS_KEPT:
+                    self._cancelled_early.popitem(last=False)
+
+    def cancelled_early(self, key: str) -> bool:
+        """Whether ``key``'s cancel came before its call (forgotten once asked)."""
+        if key not in self._cancelled_early:
+            return False
+        del self._cancelled_early[key]
+        return True
 
 
 async def draw_together(
@@ -71,7 +81,7 @@ async def draw_together(
             task = asyncio.ensure_future(draw(messages, **dict(kwargs)))
             registry.running[key] = task
             index[task] = i
-            if key in registry.cancelled_early:
+            if registry.cancelled_early(key):
                 task.cancel()
         with together():
             await asyncio.sleep(0)  # each draw runs up to its request's submission

@@ -27,6 +27,7 @@ from trinity.launcher.engines.base import (
     EngineSettings,
     Sample,
 )
+from trinity.launcher.engines.batched_draws import DrawRegistry
 
 __all__ = ["FakeEngine"]
 
@@ -64,6 +65,7 @@ class FakeEngine(BaseRolloutEngine):
         self._calls = 0
         self._sleep_log: list[str] = []
         self._draw_batches: list[int] = []
+        self._draws_in_flight = DrawRegistry()
 
     def _maybe_die(self) -> None:
         args = self.settings.extra_engine_args or {}
@@ -96,18 +98,22 @@ class FakeEngine(BaseRolloutEngine):
             raise
         self._sleep_log.append("done")
 
-    def _serves_draws(self) -> bool:
-        settings = getattr(self, "settings", None)
-        return bool(settings is not None and (settings.extra_engine_args or {}).get("serve_draws"))
-
     async def serves_draws(self) -> bool:
         """With ``extra_engine_args['serve_draws']``, as the real engines: wrappers over its
-        actor ask for draws (:meth:`draw_chat`, batched: :meth:`draw_chat_many`)."""
-        return self._serves_draws()
+        actor ask for draws (:meth:`draw_chat`, batched: :meth:`draw_chat_many`;
+        :meth:`draw_generate`)."""
+        settings = getattr(self, "settings", None)  # None: not set up (asked of the class)
+        return bool(settings is not None and (settings.extra_engine_args or {}).get("serve_draws"))
 
     async def draw_chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Draws:
         """:meth:`chat`'s replies as the samples of a real engine's draw."""
-        exps = await self.chat(messages, **kwargs)
+        return self._as_draws(await self.chat(messages, **kwargs))
+
+    async def draw_generate(self, prompt: str, **kwargs: Any) -> Draws:
+        """:meth:`generate`'s replies as the samples of a real engine's draw."""
+        return self._as_draws(await self.generate(prompt, **kwargs))
+
+    def _as_draws(self, exps: list[Experience]) -> Draws:
         first = exps[0]
         prompt_ids = [int(t) for t in first.tokens[: first.prompt_length]]
         samples = [
