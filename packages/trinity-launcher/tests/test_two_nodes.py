@@ -14,6 +14,7 @@ the run (the quickstart's tiny model and task).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -53,10 +54,15 @@ RAY_ENV = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: all bound at once, then released (one at a time, the kernel
+    may hand out a port it has just released again: a CI run gave the dashboard agent
+    and the metrics exporter the same one, and ``ray start`` refused it)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
 class TwoNodes:
@@ -66,7 +72,8 @@ class TwoNodes:
 
     def __init__(self) -> None:
         self.tmp = tempfile.mkdtemp(prefix="tr2n-")  # Ray's socket paths must stay short
-        self.port = _free_port()
+        # the head's GCS port and its four others (dashboard, client server, agent, metrics)
+        self.port, *self._head_ports = _free_ports(5)
         self.address = f"127.0.0.1:{self.port}"
         self.env = dict(os.environ, **RAY_ENV)
         self.env.pop("RAY_ADDRESS", None)
@@ -82,23 +89,25 @@ class TwoNodes:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     def start_head(self) -> None:
+        dashboard, client, agent, metrics = self._head_ports
         self._start(
             "--head",
             f"--port={self.port}",
             '--resources={"node_a": 1}',
             "--include-dashboard=false",
-            f"--dashboard-port={_free_port()}",
-            f"--ray-client-server-port={_free_port()}",
-            f"--dashboard-agent-listen-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}",
+            f"--dashboard-port={dashboard}",
+            f"--ray-client-server-port={client}",
+            f"--dashboard-agent-listen-port={agent}",
+            f"--metrics-export-port={metrics}",
         )
 
     def start_b(self) -> None:
+        agent, metrics = _free_ports(2)
         self._start(
             f"--address={self.address}",
             '--resources={"node_b": 1}',
-            f"--dashboard-agent-listen-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}",
+            f"--dashboard-agent-listen-port={agent}",
+            f"--metrics-export-port={metrics}",
         )
 
     def _ours(self) -> list:
