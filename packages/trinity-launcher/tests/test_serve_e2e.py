@@ -197,4 +197,9 @@ def test_online_rl_from_live_traffic_closes_the_loop(tmp_path):
         .read_text()
         .splitlines()
     ]
-    assert len(served) == TRAIN_STEPS and served[-1]["serve/model_version"] >= TRAIN_STEPS - LAG
+    # each commit (step s, 0-based) came once the service served the weights of step s - LAG:
+    # the last one's record may show TRAIN_STEPS - 1 - LAG (a CI run's showed 38 of 40)
+    assert len(served) == TRAIN_STEPS
+    assert all(r["serve/model_version"] >= step - LAG for step, r in enumerate(served)), [
+        r["serve/model_version"] for r in served
+    ]
