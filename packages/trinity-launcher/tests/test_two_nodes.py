@@ -42,8 +42,9 @@ BATCH = 16
 REPEAT = 8
 #: Ray's processes of this test: token auth off (a local test cluster), nodes declared dead
 #: within seconds of their raylet's death, and no memory monitor: on a CI machine the other
-#: suites' memory counts against the node's 95% threshold, and Ray would kill this test's
-#: workers for it (stop 53's CI: a trainer rank died mid-run on a live node)
+#: suites' memory counts against the node's 95% threshold, and Ray could kill this test's
+#: workers for it (stop 53's CI: a trainer rank died mid-run on a live node, cause not
+#: recorded; the monitor is a suspect, not a proven cause)
 RAY_ENV = {
     "RAY_AUTH_MODE": "disabled",
     "RAY_health_check_period_ms": "1000",
