@@ -83,7 +83,7 @@ def kill_when(config, log, ready, timeout: float = 600):
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     out = log.read_text()
-    assert proc.returncode == -signal.SIGKILL, out[-4000:]
+    assert proc.returncode == -signal.SIGKILL, failure_digest(out) + out[-4000:]
     return out
 
 
@@ -113,7 +113,9 @@ def preempt_when(config, log, ready, sig=None, timeout: float = 600, grace: floa
         deadline = time.monotonic() + timeout
         while proc.poll() is None and not ready() and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert proc.poll() is None, f"ended before the signal:\n{log.read_text()[-4000:]}"
+        if proc.poll() is not None:
+            out = log.read_text()
+            raise AssertionError(f"ended before the signal:\n{failure_digest(out)}{out[-4000:]}")
         assert ready(), f"not ready within {timeout} s:\n{log.read_text()[-4000:]}"
         os.kill(proc.pid, sig)
         signalled = time.monotonic()
@@ -129,7 +131,9 @@ def preempt_when(config, log, ready, sig=None, timeout: float = 600, grace: floa
             proc.wait(timeout=60)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     out = log.read_text()
-    assert proc.returncode == 75, f"exit status {proc.returncode}:\n{out[-4000:]}"
+    assert proc.returncode == 75, (
+        f"exit status {proc.returncode}:\n{failure_digest(out)}{out[-4000:]}"
+    )
     assert not left, f"processes of the run left behind: {left}"
     return Preemption(out, took)
 

@@ -222,7 +222,7 @@ def test_a_cancel_that_arrives_before_its_call_cancels_the_call_when_it_starts()
     first, second = asyncio.run(main())
     assert isinstance(first, asyncio.CancelledError) and second == "drawn"
     assert drawn == ["y"]
-    assert not registry.cancelled_early("k1")  # applied once, then forgotten
+    assert not registry.take_early_cancel("k1")  # applied once, then forgotten
 
 
 def test_early_cancels_are_kept_up_to_a_bound_the_oldest_forgotten_first(monkeypatch):
@@ -232,7 +232,7 @@ def test_early_cancels_are_kept_up_to_a_bound_the_oldest_forgotten_first(monkeyp
     monkeypatch.setattr(batched_draws, "EARLY_CANCELS_KEPT", 3)
     registry = DrawRegistry()
     registry.cancel(["a", "b", "c", "d"])
-    assert [registry.cancelled_early(k) for k in "abcd"] == [False, True, True, True]
+    assert [registry.take_early_cancel(k) for k in "abcd"] == [False, True, True, True]
 
 
 def test_when_the_engine_call_itself_fails_every_waiting_call_fails_with_it():

@@ -10,6 +10,8 @@ import sys
 import tempfile
 import textwrap
 
+from ports import free_port
+
 # Runs in a fresh interpreter: the tests' shared Ray instance must not be the one inspected.
 _PROBE = textwrap.dedent(
     """
@@ -141,14 +143,6 @@ def test_a_failed_local_start_leaves_no_process_running():
 # ---------------------------------------------------------------- a Ray head that is not there
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ray_addresses_name_the_port_the_probe_connects_to():
     from trinity.launcher.run.ray_session import _host_port
 
@@ -170,7 +164,7 @@ def test_a_dead_head_is_refused_at_once_and_a_live_port_passes():
     from trinity.launcher.errors import LaunchInputError
     from trinity.launcher.run.ray_session import RayHeadUnreachableError, check_head_reachable
 
-    port = _free_port()
+    port = free_port()
     start = time.monotonic()
     with pytest.raises(RayHeadUnreachableError) as info:
         check_head_reachable(f"127.0.0.1:{port}", "RAY_ADDRESS")
@@ -199,7 +193,7 @@ def test_a_run_told_to_join_a_dead_head_exits_2_within_seconds(tmp_path):
         buffer="total_steps: 2",
         tail="explorer:\n  rollout_model:\n    engine_type: transformers",
     )
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
     start = time.monotonic()

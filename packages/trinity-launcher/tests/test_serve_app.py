@@ -24,6 +24,7 @@ httpx = pytest.importorskip("httpx")
 
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
+from ports import free_port  # noqa: E402
 
 from trinity.launcher.serve.app import VERSION_HEADER, _StreamAggregate, build_app  # noqa: E402
 from trinity.launcher.serve.recorder import SessionRecorder  # noqa: E402
@@ -116,10 +117,7 @@ class _Engine:
                 return StreamingResponse(events(), media_type="text/event-stream")
             return JSONResponse(_completion(n))
 
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        sock.close()
+        self.port = free_port()
         self.server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error")
         )
@@ -378,9 +376,7 @@ def test_an_idle_client_connection_outlives_the_clients_pool_expiry(engine):
     from trinity.launcher.serve.run import server_config
 
     app = build_app(_service(engine.address, []), temperature=1.0)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     config = server_config(app, "127.0.0.1", port)
     assert config.timeout_keep_alive > httpx.Limits().keepalive_expiry
     server = uvicorn.Server(config)

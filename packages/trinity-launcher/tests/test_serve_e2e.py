@@ -25,7 +25,8 @@ import re
 import time
 
 import pytest
-from serve_process import ROOT, free_port, service_env, start, stop, wait_healthy
+from ports import free_port
+from serve_process import ROOT, service_env, start, stop, wait_healthy
 
 pytest.importorskip("vllm")
 pytest.importorskip("verl")

@@ -12,7 +12,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from serve_process import free_port, service_env, start, stop, wait_healthy
+from ports import free_port
+from serve_process import service_env, start, stop, wait_healthy
 
 pytest.importorskip("vllm")
 openai = pytest.importorskip("openai")

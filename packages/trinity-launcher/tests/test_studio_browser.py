@@ -14,7 +14,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TASKSET = REPO_ROOT / "examples" / "data" / "arithmetic"
@@ -84,12 +84,6 @@ def _artifacts_dir() -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _wait_healthy(process: subprocess.Popen, port: int, log_path: Path) -> None:
     url = f"http://127.0.0.1:{port}/_stcore/health"
     deadline = time.monotonic() + SERVER_START_TIMEOUT
@@ -131,7 +125,7 @@ def studio_url(tmp_path):
     """``trinity studio`` on a free port, run from a temporary directory; stopped at the end."""
     if importlib.util.find_spec("streamlit") is None:
         pytest.skip("Streamlit is not installed (extra 'studio')")
-    port = _free_port()
+    port = free_port()
     workdir = tmp_path / "studio-cwd"
     workdir.mkdir()
     log_path = tmp_path / "studio.log"

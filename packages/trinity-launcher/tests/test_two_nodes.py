@@ -14,12 +14,10 @@ the run (the quickstart's tiny model and task).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_process import run_to_end, spawn_cli
+from ports import free_ports
 
 pytest.importorskip("verl")
 pytest.importorskip("vllm")
@@ -55,17 +54,6 @@ RAY_ENV = {
 }
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports: all bound at once, then released (one at a time, the kernel
-    may hand out a port it has just released again: a CI run gave the dashboard agent
-    and the metrics exporter the same one, and ``ray start`` refused it)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-
-
 class TwoNodes:
     """A head (``node_a``) and a second raylet (``node_b``), 2 CPUs each, their files in a
     temporary directory; every process they start carries that directory on its command line,
@@ -74,7 +62,7 @@ class TwoNodes:
     def __init__(self) -> None:
         self.tmp = tempfile.mkdtemp(prefix="tr2n-")  # Ray's socket paths must stay short
         # the head's GCS port and its four others (dashboard, client server, agent, metrics)
-        self.port, *self._head_ports = _free_ports(5)
+        self.port, *self._head_ports = free_ports(5)
         self.address = f"127.0.0.1:{self.port}"
         self.env = dict(os.environ, **RAY_ENV)
         self.env.pop("RAY_ADDRESS", None)
@@ -103,7 +91,7 @@ class TwoNodes:
         )
 
     def start_b(self) -> None:
-        agent, metrics = _free_ports(2)
+        agent, metrics = free_ports(2)
         self._start(
             f"--address={self.address}",
             '--resources={"node_b": 1}',

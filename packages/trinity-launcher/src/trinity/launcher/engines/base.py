@@ -243,7 +243,7 @@ class BaseRolloutEngine:
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
-        self.tokenizer = load_tokenizer(settings)
+        self.tokenizer = self._load_tokenizer(settings)
         self.model_version = 0
         self.api_address: Optional[str] = None
         #: the sleep level while asleep (mode colocate), else ``None``
@@ -254,6 +254,11 @@ class BaseRolloutEngine:
         self._image_processor: Any = None
         #: the :meth:`draw_chat_many` calls still running (:meth:`cancel_draws` finds them)
         self._draws_in_flight = DrawRegistry()
+
+    def _load_tokenizer(self, settings: EngineSettings) -> Any:
+        """The tokenizer of the weights this engine serves (an engine without local weights
+        returns ``None``)."""
+        return load_tokenizer(settings)
 
     # ------------------------------------------------------------------ primitives
     async def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> list[Sample]:

@@ -54,7 +54,7 @@ class DrawRegistry:
                 if len(self._cancelled_early) > EARLY_CANCELS_KEPT:
                     self._cancelled_early.popitem(last=False)
 
-    def cancelled_early(self, key: str) -> bool:
+    def take_early_cancel(self, key: str) -> bool:
         """Whether ``key``'s cancel came before its call (forgotten once asked)."""
         if key not in self._cancelled_early:
             return False
@@ -81,7 +81,7 @@ async def draw_together(
             task = asyncio.ensure_future(draw(messages, **dict(kwargs)))
             registry.running[key] = task
             index[task] = i
-            if registry.cancelled_early(key):
+            if registry.take_early_cancel(key):
                 task.cancel()
         with together():
             await asyncio.sleep(0)  # each draw runs up to its request's submission

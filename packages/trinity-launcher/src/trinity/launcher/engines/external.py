@@ -57,12 +57,14 @@ class ExternalEngine(BaseRolloutEngine):
                 "model.external_model.base_url_env (default OPENAI_BASE_URL) to the name of an "
                 "environment variable holding it, e.g. http://127.0.0.1:8000/v1"
             )
-        # no local weights: the tokenizer is the server's (token ids come back with answers)
-        self.settings = settings
-        self.tokenizer = None
-        self.model_version = 0
+        super().__init__(settings)
         self.api_address: Optional[str] = api_root(settings.base_url)
         self._client: Any = None
+
+    def _load_tokenizer(self, settings: EngineSettings) -> Any:
+        """None: there are no local weights; the tokenizer is the server's (token ids come
+        back with its answers)."""
+        return None
 
     def _openai(self) -> Any:
         if self._client is None:
