@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from trinity.algorithm.algorithm import (
     ALGORITHM_TYPE,
@@ -299,39 +299,14 @@ def resolve_algorithm(
         values[f"{f}_args"] = args
 
     # 4. loss_agg_mode: an explicit top-level setting wins, else the policy loss's own
-    policy_args = values["policy_loss_fn_args"]
-    if "loss_agg_mode" in user_set:
-        loss_agg_mode = cfg.loss_agg_mode
-        own = policy_args.get("loss_agg_mode")
-        if (
-            "policy_loss_fn_args" in user_set
-            and "loss_agg_mode" in (cfg.policy_loss_fn_args or {})
-            and own != loss_agg_mode
-        ):
-            warnings.append(
-                f"algorithm.loss_agg_mode {loss_agg_mode!r} overrides "
-                f"algorithm.policy_loss_fn_args.loss_agg_mode {own!r}"
-            )
-        policy_args["loss_agg_mode"] = loss_agg_mode
-    else:
-        loss_agg_mode = policy_args.get("loss_agg_mode") or default("loss_agg_mode")
+    loss_agg_mode = _loss_agg_mode(cfg, user_set, values["policy_loss_fn_args"], warnings)
+    if loss_agg_mode is None:
+        loss_agg_mode = default("loss_agg_mode")
 
-    # 5. a user-chosen advantage whose placement (pipeline / trainer) differs from the type's
-    #    may be computed twice or never (a type's own default pairing is its author's call:
-    #    e.g. rloo's advantage works in either place)
-    adv_cls = classes["advantage_fn"]
-    in_trainer = getattr(adv_cls, "compute_in_trainer", None)
-    if (
-        "advantage_fn" in user_set
-        and callable(in_trainer)
-        and bool(in_trainer()) != algo_cls.compute_advantage_in_trainer
-    ):
-        warnings.append(
-            f"advantage_fn {values['advantage_fn']!r} computes advantages "
-            f"{'in the trainer' if in_trainer() else 'in the experience pipeline'}, but "
-            f"algorithm_type {cfg.algorithm_type!r} has compute_advantage_in_trainer="
-            f"{algo_cls.compute_advantage_in_trainer}"
-        )
+    # 5. a user-chosen advantage computed in another place than the type's
+    placement = _advantage_placement_warning(cfg, user_set, algo_cls, classes["advantage_fn"])
+    if placement:
+        warnings.append(placement)
 
     # 6. every component's arguments against what it declares (its Args / typed __init__)
     issues, arg_warnings = check_algorithm_args(classes, values)
@@ -353,6 +328,50 @@ def resolve_algorithm(
         warnings=tuple(warnings),
         **{f: values[f] for f in COMPONENT_FIELDS},
         **{f"{f}_args": values[f"{f}_args"] for f in COMPONENT_FIELDS},
+    )
+
+
+def _loss_agg_mode(
+    cfg: AlgorithmConfig, user_set: set[str], policy_args: dict[str, Any], warnings: list[str]
+) -> Optional[str]:
+    """The loss aggregation: ``algorithm.loss_agg_mode`` when set (written into the policy
+    loss's arguments; a different one given there too adds a warning), else the policy
+    loss's own, else ``None`` (the type's or the global default applies)."""
+    if "loss_agg_mode" not in user_set:
+        return policy_args.get("loss_agg_mode") or None
+    loss_agg_mode = cfg.loss_agg_mode
+    own = policy_args.get("loss_agg_mode")
+    if (
+        "policy_loss_fn_args" in user_set
+        and "loss_agg_mode" in (cfg.policy_loss_fn_args or {})
+        and own != loss_agg_mode
+    ):
+        warnings.append(
+            f"algorithm.loss_agg_mode {loss_agg_mode!r} overrides "
+            f"algorithm.policy_loss_fn_args.loss_agg_mode {own!r}"
+        )
+    policy_args["loss_agg_mode"] = loss_agg_mode
+    return loss_agg_mode
+
+
+def _advantage_placement_warning(
+    cfg: AlgorithmConfig, user_set: set[str], algo_cls: type[AlgorithmType], adv_cls: type
+) -> Optional[str]:
+    """A warning when a user-chosen advantage's placement (pipeline / trainer) differs from
+    the type's: it may be computed twice or never. A type's own default pairing is its
+    author's call (e.g. rloo's advantage works in either place), so it is not checked."""
+    in_trainer = getattr(adv_cls, "compute_in_trainer", None)
+    if (
+        "advantage_fn" not in user_set
+        or not callable(in_trainer)
+        or bool(in_trainer()) == algo_cls.compute_advantage_in_trainer
+    ):
+        return None
+    return (
+        f"advantage_fn {cfg.advantage_fn!r} computes advantages "
+        f"{'in the trainer' if in_trainer() else 'in the experience pipeline'}, but "
+        f"algorithm_type {cfg.algorithm_type!r} has compute_advantage_in_trainer="
+        f"{algo_cls.compute_advantage_in_trainer}"
     )
 
 

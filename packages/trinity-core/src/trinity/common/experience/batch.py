@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -311,23 +311,8 @@ def collate_experiences(
         else torch.tensor([0.0 if x is None else x for x in rewards_list], dtype=torch.float32)
     )
 
-    extra: dict[str, Tensor] = {}
-    for cf in custom_fields:
-        try:
-            values = [e.info[cf.source_field] for e in exps]
-        except KeyError as err:
-            raise ValueError(
-                f"custom field {cf.destination_field!r}: info[{cf.source_field!r}] missing "
-                "on some experience"
-            ) from err
-        extra[cf.destination_field] = torch.tensor(values, dtype=cf.data_type)
-
-    mm = None
-    if any(e.multi_modal_inputs is not None for e in exps):
-        if not all(e.multi_modal_inputs is not None for e in exps):
-            raise ValueError("multi_modal_inputs is set on some experiences but not all")
-        keys = list(exps[0].multi_modal_inputs)  # type: ignore[arg-type]
-        mm = {k: [e.multi_modal_inputs[k] for e in exps] for k in keys}  # type: ignore[index]
+    extra = _custom_field_tensors(exps, custom_fields)
+    mm = _multi_modal_lists(exps)
 
     return Experiences(
         eids=[e.eid for e in exps],
@@ -349,6 +334,34 @@ def collate_experiences(
         multi_modal_inputs=mm,
         custom_fields=extra,
     )
+
+
+def _custom_field_tensors(
+    exps: Sequence[Experience], custom_fields: Sequence[CustomField]
+) -> dict[str, Tensor]:
+    """``{destination_field: [B] tensor}`` of each custom field's ``info`` scalars."""
+    extra: dict[str, Tensor] = {}
+    for cf in custom_fields:
+        try:
+            values = [e.info[cf.source_field] for e in exps]
+        except KeyError as err:
+            raise ValueError(
+                f"custom field {cf.destination_field!r}: info[{cf.source_field!r}] missing "
+                "on some experience"
+            ) from err
+        extra[cf.destination_field] = torch.tensor(values, dtype=cf.data_type)
+    return extra
+
+
+def _multi_modal_lists(exps: Sequence[Experience]) -> Optional[dict[str, list[Any]]]:
+    """``{key: [value of each experience]}`` of the multi-modal inputs (set on all
+    experiences or on none), or ``None`` where none has them."""
+    if not any(e.multi_modal_inputs is not None for e in exps):
+        return None
+    if not all(e.multi_modal_inputs is not None for e in exps):
+        raise ValueError("multi_modal_inputs is set on some experiences but not all")
+    keys = list(exps[0].multi_modal_inputs)  # type: ignore[arg-type]
+    return {k: [e.multi_modal_inputs[k] for e in exps] for k in keys}  # type: ignore[index]
 
 
 #: Trinity-RFT style module-level name for :func:`collate_experiences`.

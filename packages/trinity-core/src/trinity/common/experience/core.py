@@ -337,7 +337,14 @@ class Experience:
     # the runner stamps the version of the model the workflow ran with.
     model_version: Optional[int] = None
 
-    def __post_init__(self) -> None:  # noqa: C901 - one linear list of field checks
+    def __post_init__(self) -> None:
+        self._coerce_fields()
+        self._settle_kind()
+        self._check_lengths()
+
+    def _coerce_fields(self) -> None:
+        """Every field into its one stored type (tensors, ints, floats, dicts), or TypeError /
+        :class:`InvalidExperienceError` naming the field."""
         # eid
         if self.eid is None:
             self.eid = EID()
@@ -385,7 +392,8 @@ class Experience:
                 f"got {self.truncate_status!r}"
             )
 
-        # kind
+    def _settle_kind(self) -> None:
+        """``experience_type`` from the fields given where unset, else checked."""
         if (self.chosen is None) != (self.rejected is None):
             raise InvalidExperienceError("chosen and rejected must be given together (DPO pair)")
         if self.experience_type is None:
@@ -400,6 +408,9 @@ class Experience:
                 f"experience_type must be one of {_EXPERIENCE_TYPES}, got {self.experience_type!r}"
             )
 
+    def _check_lengths(self) -> None:
+        """Per-response fields of the response's length (whole-sequence ones cut to it), a
+        default ``action_mask`` where the kind allows one."""
         n = self.tokens.shape[0]
         if self.experience_type == "dpo":
             if self.chosen is None:

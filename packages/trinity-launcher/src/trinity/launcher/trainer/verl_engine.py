@@ -169,27 +169,12 @@ class VerlTrainEngine(VerlWeightsMixin):
 
     # ---------------------------------------------------------------- construction
 
-    def _build_engine(self) -> Any:
-        from verl.trainer.config import CheckpointConfig
-        from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
-        from verl.workers.engine import EngineRegistry
+    def _engine_config(self) -> Any:
+        """verl's ``FSDPEngineConfig`` from the settings (``engine_overrides`` last, each
+        checked against its fields)."""
+        from verl.workers.config import FSDPEngineConfig
 
         s = self.settings
-        if self.device == "cpu" and s.cpu_threads:
-            torch.set_num_threads(s.cpu_threads)  # see verl_settings.cpu_threads_for
-        attn = s.attn_implementation or _default_attn_implementation(self.device)
-        if attn == PACKED_SDPA:
-            register_packed_sdpa()  # in this process, before verl loads the model
-        model_config = HFModelConfig(
-            path=s.model_path,
-            tokenizer_path=s.tokenizer_path,
-            trust_remote_code=s.trust_remote_code,
-            override_config={"attn_implementation": attn},
-            use_remove_padding=s.use_remove_padding,
-            enable_gradient_checkpointing=s.gradient_checkpointing,
-            model_type=self.MODEL_TYPE,
-            **(lora_model_fields(s) if self.is_lora else {}),
-        )
         compile_ = self.device != "cpu" if s.use_torch_compile is None else s.use_torch_compile
         # Field-by-field mapping of our settings onto verl's engine and optimizer configs (the two
         # keyword lists look alike but name different verl fields; nothing to fold).
@@ -223,7 +208,13 @@ class VerlTrainEngine(VerlWeightsMixin):
                 f"{unknown}; allowed: {', '.join(known)}"
             )
         engine_kwargs.update(s.engine_overrides)
-        engine_config = FSDPEngineConfig(**engine_kwargs)
+        return FSDPEngineConfig(**engine_kwargs)
+
+    def _optimizer_config(self) -> Any:
+        """verl's ``FSDPOptimizerConfig`` from the settings (``optimizer_overrides`` win)."""
+        from verl.workers.config import FSDPOptimizerConfig
+
+        s = self.settings
         optimizer_args = dict(s.optimizer_overrides)
         if s.optimizer.lower() in ("adam", "adamw"):
             optimizer_args.setdefault("eps", s.eps)
@@ -231,7 +222,7 @@ class VerlTrainEngine(VerlWeightsMixin):
                 # torch picks the per-tensor loop off CUDA; with FSDP2's DTensor parameters
                 # every op of it is a dispatch (9 of the quickstart's ~60 ms train step)
                 optimizer_args.setdefault("foreach", True)
-        optimizer_config = FSDPOptimizerConfig(
+        return FSDPOptimizerConfig(
             optimizer=_OPTIMIZERS[s.optimizer.lower()],
             lr=s.lr,
             betas=s.betas,
@@ -245,13 +236,35 @@ class VerlTrainEngine(VerlWeightsMixin):
             total_training_steps=s.total_training_steps,
             override_optimizer_config=optimizer_args or None,
         )
+
+    def _build_engine(self) -> Any:
+        from verl.trainer.config import CheckpointConfig
+        from verl.workers.config import HFModelConfig
+        from verl.workers.engine import EngineRegistry
+
+        s = self.settings
+        if self.device == "cpu" and s.cpu_threads:
+            torch.set_num_threads(s.cpu_threads)  # see verl_settings.cpu_threads_for
+        attn = s.attn_implementation or _default_attn_implementation(self.device)
+        if attn == PACKED_SDPA:
+            register_packed_sdpa()  # in this process, before verl loads the model
+        model_config = HFModelConfig(
+            path=s.model_path,
+            tokenizer_path=s.tokenizer_path,
+            trust_remote_code=s.trust_remote_code,
+            override_config={"attn_implementation": attn},
+            use_remove_padding=s.use_remove_padding,
+            enable_gradient_checkpointing=s.gradient_checkpointing,
+            model_type=self.MODEL_TYPE,
+            **(lora_model_fields(s) if self.is_lora else {}),
+        )
         self._model_config = model_config
         engine = EngineRegistry.new(
             model_type=self.MODEL_TYPE,
             backend="fsdp2",
             model_config=model_config,
-            engine_config=engine_config,
-            optimizer_config=optimizer_config,
+            engine_config=self._engine_config(),
+            optimizer_config=self._optimizer_config(),
             # a LoRA checkpoint holds the adapter (the frozen base is model_path's)
             checkpoint_config=CheckpointConfig(save_lora_only=self.is_lora),
         )
