@@ -10,7 +10,8 @@ process (as if Ray, the actor hop, the trainer and every Trinity module cost not
 vLLM's ``LLM`` for the model with the settings Trinity's CPU engine uses (float32, eager,
 seeded, the engine core in-process) and generates one step's samples (``batch_size`` prompts x
 ``repeat_times``, ``max_response_tokens`` tokens, temperature 1.0, with logprobs) ``steps``
-times. Whatever Trinity does costs at least this. Then, after the engine and on its own, it
+times, with the requests' options Trinity's engine uses (no incremental detokenization, flat
+log-probs, each sample's text decoded once). Whatever Trinity does costs at least this. Then, after the engine and on its own, it
 times ``ray.init`` with the arguments a local Trinity run uses (``ray_init_s``): a run needs it
 too, though it may overlap the engine's start.
 
@@ -56,10 +57,17 @@ def _generate_steps(spec: dict[str, Any]) -> list[float]:
         max_tokens=spec["max_response_tokens"],
         logprobs=0,
         seed=spec["seed"],
+        # as Trinity's engine asks (vllm_engine.py): no incremental detokenization, flat
+        # log-probs, and each sample's text decoded once from its tokens below
+        detokenize=False,
+        flat_logprobs=True,
     )
+    tokenizer = llm.get_tokenizer()
     ends = []
     for _ in range(spec["steps"]):
-        llm.chat(prompts, params, use_tqdm=False)
+        for out in llm.chat(prompts, params, use_tqdm=False):
+            for sample in out.outputs:
+                tokenizer.decode(sample.token_ids, skip_special_tokens=True)
         ends.append(time.time())
     return ends
 

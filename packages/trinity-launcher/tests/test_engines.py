@@ -352,6 +352,38 @@ def test_vllm_seed_makes_a_sample_reproducible(wrapper):
     assert a == b
 
 
+@needs_vllm
+@pytest.mark.slow
+def test_vllm_stop_strings_cut_the_text_and_keep_the_sampled_tokens(wrapper, tokenizer):
+    """vLLM detokenizes only a request with stop strings (the text is decoded once from the
+    tokens otherwise): a stop string still cuts the text, the tokens that completed it stay."""
+    exp = run(wrapper.generate_async(["Compute"], temperature=0.0, max_tokens=16, ignore_eos=True))
+    text = exp[0].response_text
+    assert text == tokenizer.decode(exp[0].tokens[exp[0].prompt_length :].tolist())
+    stop = text[len(text) // 2 : len(text) // 2 + 2].strip() or text[-1]
+    cut = run(
+        wrapper.generate_async(
+            ["Compute"], temperature=0.0, max_tokens=16, ignore_eos=True, stop=[stop]
+        )
+    )[0]
+    assert stop not in cut.response_text and text.startswith(cut.response_text)
+    assert cut.logprobs.shape == (cut.response_length,)
+    assert stop in tokenizer.decode(cut.tokens[cut.prompt_length :].tolist())
+    assert cut.tokens.tolist() == exp[0].tokens[: len(cut.tokens)].tolist()
+
+
+@needs_vllm
+def test_vllm_detokenizes_only_for_stop_strings_and_returns_flat_logprobs(model_dir):
+    from trinity.launcher.engines.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(EngineSettings(model_path=model_dir, engine_type="vllm"))
+    assert engine._sampling_params({"n": 2}).detokenize is False
+    assert engine._sampling_params({"stop": []}).detokenize is False
+    assert engine._sampling_params({"stop": ["\n\n"]}).detokenize is True
+    assert engine._sampling_params({"stop": "."}).detokenize is True
+    assert engine._sampling_params({"n": 2}).flat_logprobs is True
+
+
 def _fields(exps):
     return [
         (
