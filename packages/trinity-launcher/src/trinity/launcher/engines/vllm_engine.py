@@ -312,9 +312,10 @@ class VLLMEngine(BaseRolloutEngine):
         # finished earlier
         fields["output_kind"] = RequestOutputKind.FINAL_ONLY
         # vLLM's incremental detokenizer and its log-probs' token strings run for every token
-        # of every sample on the engine's event loop (~14 % of a quickstart generation's CPU);
-        # the text is decoded once from the tokens in ``draw`` instead, so vLLM detokenizes
-        # only where stop strings need its text (and cut it)
+        # of every sample on the engine's event loop (with dict log-probs, ~23 % of a 16 x 8
+        # generation at 64 tokens a sample, docs/performance.md cut 27); the text is decoded
+        # once from the tokens in ``draw`` instead, so vLLM detokenizes only where stop
+        # strings need its text (and cut it)
         fields["detokenize"] = bool(fields.get("stop"))
         # log-probs as flat lists, not a dict of ``Logprob`` objects per token (read by
         # :func:`_position_logprobs`)
