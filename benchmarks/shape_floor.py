@@ -12,8 +12,8 @@ seeded, the engine core in-process) and generates one step's samples (``batch_si
 ``repeat_times``, ``max_response_tokens`` tokens, temperature 1.0, with logprobs) ``steps``
 times, with the requests' options Trinity's engine uses (no incremental detokenization, flat
 log-probs, each sample's text decoded once). Whatever Trinity does costs at least this. Then,
-after the engine and on its own, it times ``ray.init`` with the arguments a local Trinity run uses (``ray_init_s``): a run needs it
-too, though it may overlap the engine's start.
+after the engine and on its own, it times ``ray.init`` with the arguments a local Trinity run
+uses (``ray_init_s``): a run needs it too, though it may overlap the engine's start.
 
 Writes one JSON line per generation to ``out``: ``{"step", "t"}`` where ``t`` is seconds since
 ``launched_at`` (the parent's clock when it launched this process), so the first line is the
