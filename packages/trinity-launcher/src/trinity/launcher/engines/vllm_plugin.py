@@ -1,6 +1,6 @@
 """Trinity's vLLM plugin (entry point group ``vllm.general_plugins``): two patches for vLLM's
 CPU backend, one that lets seeded requests run at all and one that takes ~2 s off the first
-generation.
+generation (and, in a run's processes on any platform, the log filter of :mod:`.vllm_logs`).
 
 The bug (vLLM 0.32, CPU build). Every seeded request (``SamplingParams.seed``; Trinity seeds
 every call, see :meth:`~trinity.launcher.engines.wrapper.EngineModelWrapper.seed_task`) owns a
@@ -61,7 +61,13 @@ _MARK = "_trinity_cpu_seeded_rewind"
 
 
 def register() -> None:
-    """The ``vllm.general_plugins`` entry point: apply the patches this vLLM build needs."""
+    """The ``vllm.general_plugins`` entry point: apply the patches this vLLM build needs, and
+    in a Trinity run's processes demote vLLM's per-weight-update log lines
+    (:mod:`.vllm_logs`)."""
+    from trinity.launcher.engines.vllm_logs import demote_update_logs, in_a_run
+
+    if in_a_run():
+        demote_update_logs()
     try:
         from vllm.platforms import current_platform
 
