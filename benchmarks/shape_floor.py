@@ -11,7 +11,8 @@ vLLM's ``LLM`` for the model with the settings Trinity's CPU engine uses (float3
 seeded, the engine core in-process) and generates one step's samples (``batch_size`` prompts x
 ``repeat_times``, ``max_response_tokens`` tokens, temperature 1.0, with logprobs) ``steps``
 times, with the requests' options Trinity's engine uses (no incremental detokenization, flat
-log-probs, each sample's text decoded once). Whatever Trinity does costs at least this. Then,
+log-probs, each sample's text decoded once) and its heap frozen before the build, as Trinity's
+engine does. Whatever Trinity does costs at least this. Then,
 after the engine and on its own, it times ``ray.init`` with the arguments a local Trinity run
 uses (``ray_init_s``): a run needs it too, though it may overlap the engine's start.
 
@@ -36,8 +37,13 @@ def _generate_steps(spec: dict[str, Any]) -> list[float]:
     Returns the wall-clock (``time.time()``) end of each generation.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # as Trinity's CPU engine
+    import gc
+
     from vllm import LLM, SamplingParams
 
+    # as Trinity's engine does before vLLM builds (vllm_engine.py): the imports' objects
+    # frozen, so the full collections of vLLM's build do not walk them
+    gc.freeze()
     llm = LLM(
         model=spec["model"],
         dtype="float32",
