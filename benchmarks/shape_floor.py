@@ -24,11 +24,14 @@ between lines the floor of its per-step time; the last line is ``{"ray_init_s": 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
 import time
 from typing import Any
+
+_DEFAULT_GC_THRESHOLD = gc.get_threshold()
 
 
 def _generate_steps(spec: dict[str, Any]) -> list[float]:
@@ -37,13 +40,14 @@ def _generate_steps(spec: dict[str, Any]) -> list[float]:
     Returns the wall-clock (``time.time()``) end of each generation.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # as Trinity's CPU engine
-    import gc
-
     from vllm import LLM, SamplingParams
 
     # as Trinity's engine does before vLLM builds (vllm_engine.py): the imports' objects
-    # frozen, so the full collections of vLLM's build do not walk them
+    # frozen, so the full collections of vLLM's build do not walk them, and automatic full
+    # collections back (paused from this process's start, as in Trinity's processes:
+    # trinity.utils.gc_heap)
     gc.freeze()
+    gc.set_threshold(*_DEFAULT_GC_THRESHOLD)
     llm = LLM(
         model=spec["model"],
         dtype="float32",
@@ -79,6 +83,8 @@ def _generate_steps(spec: dict[str, Any]) -> list[float]:
 
 
 def main(spec_path: str) -> int:
+    # no automatic full collections until vLLM is imported, as in Trinity's processes
+    gc.set_threshold(_DEFAULT_GC_THRESHOLD[0], _DEFAULT_GC_THRESHOLD[1], 10_000)
     with open(spec_path) as f:
         spec = json.load(f)
     ends = _generate_steps(spec)

@@ -205,6 +205,29 @@ def test_the_run_executes_the_overridden_config_and_logs_the_overrides(
     assert "overrides: buffer.total_steps=3 algorithm.repeat_times=4" in capfd.readouterr().out
 
 
+def test_collection_pauses_while_the_launch_starts_up_and_is_back_on_after(
+    config_file, monkeypatch
+):
+    """Automatic full collections stop from the launch until the run freezes its start-up
+    heap (trinity.utils.gc_heap), and are back when the launch returns, whatever the way."""
+    import gc
+
+    from trinity.launcher import cli
+
+    default = gc.get_threshold()
+    seen = []
+    real = cli.prepare_config
+
+    def observed(*args, **kwargs):
+        seen.append(gc.get_threshold()[2] > default[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "prepare_config", observed)
+    assert cli.launch_main([str(config_file), "--dry-run"]) == 0
+    assert cli.launch_main([str(config_file), "no.such_key=1"]) == 2  # refused
+    assert seen == [True, True] and gc.get_threshold() == default
+
+
 # ---------------------------------------------------------------- modes that cannot run
 
 

@@ -211,7 +211,12 @@ def setup_worker_process() -> None:
     Runs in each worker process before its actor is built: configures the ``trinity`` logger
     (level from ``TRINITY_LOG_LEVEL``, which the run's ``runtime_env`` sets) and shows each
     distinct Python warning once. Worker output goes where Ray sends it: to the driver, which
-    writes it to the run's log file (or the console with ``--verbose``).
+    writes it to the run's log file (or the console with ``--verbose``). Automatic garbage
+    collection pauses while the actor imports and builds, until it freezes its start-up heap
+    (:func:`trinity.utils.gc_heap.pause_collection_during_startup`).
     """
+    from trinity.utils.gc_heap import pause_collection_during_startup
+
+    pause_collection_during_startup()
     _configure_root()
     show_warnings_once()

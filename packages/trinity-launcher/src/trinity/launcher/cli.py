@@ -260,7 +260,28 @@ def _validate_and_run(
     console: Optional[ConsoleOptions] = None,
     overrides: Sequence[str] = (),
 ) -> int:
-    """Validate, then run the modes this release can run."""
+    """Validate, then run the modes this release can run. Automatic garbage collection pauses
+    while the imports and the run's start-up build ~600K long-lived objects (the run freezes
+    them once set up, which ends the pause; :mod:`trinity.utils.gc_heap`), and is back on
+    when this returns, whatever the way."""
+    from trinity.utils.gc_heap import pause_collection_during_startup, resume_collection
+
+    pause_collection_during_startup()
+    try:
+        return _checked_run(config_path, plugin_dirs, dry_run, console, overrides)
+    finally:
+        resume_collection()
+
+
+def _checked_run(
+    config_path: str,
+    plugin_dirs: Sequence[str],
+    dry_run: bool,
+    console: Optional[ConsoleOptions],
+    overrides: Sequence[str],
+) -> int:
+    """:func:`_validate_and_run`'s work: the config checked, its summary printed, then its
+    stages or its mode run (unless ``dry_run``); returns the exit status."""
     from trinity.common.config import ConfigError
     from trinity.utils.plugin_loader import PluginLoadError
     from trinity.utils.registry import RegistryError

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from trinity.launcher.engines.base import BaseRolloutEngine, EngineSettings, Sample
+from trinity.utils.gc_heap import freeze_startup_heap
 
 __all__ = ["TransformersEngine"]
 
@@ -102,6 +103,8 @@ class TransformersEngine(BaseRolloutEngine):
         if self._start_task is None:
             loop = asyncio.get_running_loop()
             self._start_task = loop.run_in_executor(self._executor, self._load)
+            # loaded (or failed): later collections skip the start-up's objects
+            self._start_task.add_done_callback(lambda _: freeze_startup_heap())
         await self._start_task
 
     async def ready(self) -> bool:

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from trinity.common.config.modes import run_mode_spec
 from trinity.common.experience import Experiences
+from trinity.utils.gc_heap import freeze_startup_heap
 from trinity.utils.log import get_logger
 
 logger = get_logger(__name__)
@@ -264,6 +265,7 @@ class TrainerWorker:
             torch.set_num_threads(threads)
         for role, build in builders.items():
             self.engines[role] = build()
+        freeze_startup_heap()  # set up: later collections skip the imports' objects
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """``engines[role].method(*args, **kwargs)``."""
