@@ -11,9 +11,10 @@ vLLM's ``LLM`` for the model with the settings Trinity's CPU engine uses (float3
 seeded, the engine core in-process) and generates one step's samples (``batch_size`` prompts x
 ``repeat_times``, ``max_response_tokens`` tokens, temperature 1.0, with logprobs) ``steps``
 times, with the requests' options Trinity's engine uses (no incremental detokenization, flat
-log-probs, each sample's text decoded once) and its heap frozen before the build, as Trinity's
-engine does. Whatever Trinity does costs at least this. Then,
-after the engine and on its own, it times ``ray.init`` with the arguments a local Trinity run
+log-probs, each sample's text decoded once), and with the garbage collector handled as in
+Trinity's processes (no automatic full collections until vLLM is imported, the heap frozen
+before the build). Whatever Trinity does costs at least this. Then, after the engine and on its
+own, it times ``ray.init`` with the arguments a local Trinity run
 uses (``ray_init_s``): a run needs it too, though it may overlap the engine's start.
 
 Writes one JSON line per generation to ``out``: ``{"step", "t"}`` where ``t`` is seconds since

@@ -211,8 +211,8 @@ def setup_worker_process() -> None:
     Runs in each worker process before its actor is built: configures the ``trinity`` logger
     (level from ``TRINITY_LOG_LEVEL``, which the run's ``runtime_env`` sets) and shows each
     distinct Python warning once. Worker output goes where Ray sends it: to the driver, which
-    writes it to the run's log file (or the console with ``--verbose``). Automatic garbage
-    collection pauses while the actor imports and builds, until it freezes its start-up heap
+    writes it to the run's log file (or the console with ``--verbose``). Automatic full garbage
+    collections pause while the actor imports and builds, until it freezes its start-up heap
     (:func:`trinity.utils.gc_heap.pause_collection_during_startup`).
     """
     from trinity.utils.gc_heap import pause_collection_during_startup

@@ -260,10 +260,10 @@ def _validate_and_run(
     console: Optional[ConsoleOptions] = None,
     overrides: Sequence[str] = (),
 ) -> int:
-    """Validate, then run the modes this release can run. Automatic garbage collection pauses
-    while the imports and the run's start-up build ~600K long-lived objects (the run freezes
-    them once set up, which ends the pause; :mod:`trinity.utils.gc_heap`), and is back on
-    when this returns, whatever the way."""
+    """Validate, then run the modes this release can run. Automatic full garbage collections
+    pause while the imports and the run's start-up build ~600K long-lived objects (the run
+    freezes them once set up, which ends the pause; :mod:`trinity.utils.gc_heap`), and are
+    back when this returns, whatever the way."""
     from trinity.utils.gc_heap import pause_collection_during_startup, resume_collection
 
     pause_collection_during_startup()
