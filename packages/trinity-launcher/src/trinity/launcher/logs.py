@@ -34,6 +34,7 @@ import warnings
 from typing import IO, Any, Optional
 
 from trinity.common.config import Config
+from trinity.common.constants import LOG_LEVEL_ENV_VAR
 from trinity.utils.log import DedupFilter, get_logger, show_warnings_once
 
 __all__ = [
@@ -82,7 +83,7 @@ def worker_env_vars(config: Config) -> dict[str, str]:
     level = str(config.log.level).upper()
     if _active is not None:
         level = _lower(level, _active.file_level)
-    envs["TRINITY_LOG_LEVEL"] = level
+    envs[LOG_LEVEL_ENV_VAR] = level
     envs["VLLM_LOGGING_LEVEL"] = os.environ.get("VLLM_LOGGING_LEVEL", level)
     return envs
 

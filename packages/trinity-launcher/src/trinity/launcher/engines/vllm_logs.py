@@ -23,6 +23,8 @@ from __future__ import annotations
 import logging
 import os
 
+from trinity.common.constants import LOG_LEVEL_ENV_VAR
+
 __all__ = ["PER_UPDATE_MESSAGES", "demote_update_logs", "in_a_run"]
 
 #: vLLM logger → the messages (format strings, as logged) it writes on each weight update
@@ -37,7 +39,7 @@ PER_UPDATE_MESSAGES: dict[str, frozenset[str]] = {
 
 #: set by a run's Ray runtime env (:func:`trinity.launcher.logs.worker_runtime_env`) in every
 #: process it starts; vLLM's own processes inherit it
-_RUN_MARKER = "TRINITY_LOG_LEVEL"
+_RUN_MARKER = LOG_LEVEL_ENV_VAR
 
 
 def in_a_run() -> bool:
